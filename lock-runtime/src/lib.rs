@@ -1,1 +1,67 @@
-//! placeholder
+//! Distributed locks on Redis for async Rust: reentrant, fenced, renewed by a watchdog, woken by
+//! notifications instead of polling.
+//!
+//! # Quick start
+//!
+//! ```no_run
+//! use lock_runtime::{ErrorKind, LockConfig, LockService};
+//! use std::time::Duration;
+//!
+//! # async fn demo() -> Result<(), lock_runtime::LockError> {
+//! let config = LockConfig::from_toml_str(r#"
+//!     [redis]
+//!     mode = "single"
+//!     url = "redis://127.0.0.1:6379"
+//!     [lock]
+//!     prefix = "lock:"
+//!     watchdog_timeout = "30s"
+//! "#)?;
+//! let locks = LockService::connect(config).await?;
+//!
+//! match locks.lock("goods:42").lease(Duration::from_secs(5)).wait(Duration::from_secs(2)).await {
+//!     Ok(guard) => {
+//!         // ... the critical section; guard.fence() is this grant's fencing token
+//!         guard.release().await?;
+//!     }
+//!     Err(e) if e.kind() == ErrorKind::Timeout => println!("busy, try later"),
+//!     Err(e) => return Err(e),
+//! }
+//! # Ok(()) }
+//! ```
+//!
+//! # What a lock gives
+//!
+//! | property | how |
+//! |---|---|
+//! | mutual exclusion | one Lua script per acquire / release; only the owner can release |
+//! | no deadlock | every lock has a lease: the one you give, or the watchdog's (renewed every third while held) |
+//! | reentrancy | per [`owner`]: a task-local scope, one per request in the web middleware |
+//! | fencing | [`LockGuard::fence`] strictly increases per key across grants |
+//! | fair waiting | waiters in one process line up in arrival order; releases hand the lock to the head in the same round trip; services waiting elsewhere get turns |
+//! | no polling | waiters sleep until a release message (one subscriber connection per service) or the lock's remaining lease |
+//! | cancellation | dropping a guard releases it in the background; a cancelled acquire gives back a late grant |
+//!
+//! # Data on Redis
+//!
+//! A lock `goods:42` with prefix `lock:` lives in the hash `lock:{goods:42}` (owner → hold
+//! count, plus the current fencing token), with `lock:{goods:42}:fence` (last token issued),
+//! `lock:{goods:42}:wq` (services waiting) and the channel `lock:{goods:42}:ch`. The hash tag
+//! keeps them in one cluster slot; a key that already has a tag (`shop:{7}:x`) keeps its own.
+
+mod backend;
+pub mod config;
+mod engine;
+mod error;
+mod guard;
+mod local;
+mod notify;
+pub mod owner;
+mod scripts;
+mod service;
+mod watchdog;
+
+pub use config::{DefaultWait, LockConfig, Topology};
+pub use error::{ErrorKind, LockError};
+pub use guard::LockGuard;
+pub use owner::OwnerId;
+pub use service::{LockInfo, LockRequest, LockService};

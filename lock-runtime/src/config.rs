@@ -1,0 +1,589 @@
+//! Configuration: which Redis topology to use and how locks behave, from a TOML file or code.
+//!
+//! ```toml
+//! [redis]
+//! mode = "single"                   # "single" | "cluster" | "sentinel" | "master-slave"
+//! url = "redis://127.0.0.1:6379"    # single
+//! # nodes = ["redis://127.0.0.1:7000", ...]          cluster
+//! # master_name = "mymaster"                          sentinel
+//! # sentinels = ["redis://127.0.0.1:26379", ...]      sentinel
+//! # master = "redis://127.0.0.1:6380"                 master-slave
+//! # replicas = ["redis://127.0.0.1:6381"]             master-slave
+//! # username = "app"      # optional in every mode; else $LOCK_REDIS_USERNAME
+//! # password = "secret"   # optional in every mode; else $LOCK_REDIS_PASSWORD
+//! connect_timeout = "3s"    # how long connecting may take before it fails
+//! response_timeout = "3s"   # how long one Redis operation may take before it fails
+//!
+//! [lock]
+//! prefix = "lock:"          # prepended to every key
+//! watchdog_timeout = "30s"  # lease of locks taken without one; renewed every third of it
+//! default_wait = "3s"       # how long annotated fns wait; "forever" to wait without limit
+//! ```
+//!
+//! Every key is optional except `mode` and the address fields of the chosen mode. Unknown keys,
+//! fields of another mode and malformed values are [`ErrorKind::Config`] errors that name the
+//! file, the field and what was expected.
+
+use std::path::{Path, PathBuf};
+use std::time::Duration;
+
+use serde::Deserialize;
+
+use crate::error::{ErrorKind, LockError};
+
+/// Which Redis deployment the locks live on.
+#[derive(Debug, Clone, PartialEq, Eq)]
+#[non_exhaustive]
+pub enum Topology {
+    /// One Redis server.
+    Single {
+        /// `redis://host:port[/db]`
+        url: String,
+    },
+    /// Redis Cluster: any subset of the nodes; the rest is discovered.
+    Cluster {
+        /// Seed node URLs.
+        nodes: Vec<String>,
+    },
+    /// A master found through Redis Sentinel.
+    Sentinel {
+        /// The name the sentinels monitor the master under.
+        master_name: String,
+        /// Sentinel URLs.
+        sentinels: Vec<String>,
+    },
+    /// A static master with replicas; no automatic failover.
+    MasterSlave {
+        /// The master's URL: all lock operations go there.
+        master: String,
+        /// Replica URLs (used for replica acknowledgements only).
+        replicas: Vec<String>,
+    },
+}
+
+impl Topology {
+    /// The name of the mode as written in the config file.
+    pub fn mode(&self) -> &'static str {
+        match self {
+            Topology::Single { .. } => "single",
+            Topology::Cluster { .. } => "cluster",
+            Topology::Sentinel { .. } => "sentinel",
+            Topology::MasterSlave { .. } => "master-slave",
+        }
+    }
+}
+
+/// How long annotated fns (and other callers that ask for the default) wait for a lock.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum DefaultWait {
+    /// Wait at most this long.
+    For(Duration),
+    /// Wait until acquired.
+    Forever,
+}
+
+/// The whole configuration of a [`LockService`](crate::LockService).
+///
+/// Build it from TOML ([`from_toml_str`](Self::from_toml_str), [`from_file`](Self::from_file))
+/// or in code:
+///
+/// ```
+/// use lock_runtime::LockConfig;
+/// use std::time::Duration;
+///
+/// let config = LockConfig::single("redis://127.0.0.1:6379")
+///     .with_prefix("shop:lock:")
+///     .with_watchdog_timeout(Duration::from_secs(10));
+/// assert_eq!(config.prefix(), "shop:lock:");
+/// ```
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct LockConfig {
+    topology: Topology,
+    username: Option<String>,
+    password: Option<String>,
+    connect_timeout: Duration,
+    response_timeout: Duration,
+    prefix: String,
+    watchdog_timeout: Duration,
+    default_wait: DefaultWait,
+    source: Option<PathBuf>,
+}
+
+const DEFAULT_CONNECT_TIMEOUT: Duration = Duration::from_secs(3);
+const DEFAULT_RESPONSE_TIMEOUT: Duration = Duration::from_secs(3);
+const DEFAULT_WATCHDOG_TIMEOUT: Duration = Duration::from_secs(30);
+const DEFAULT_WAIT: Duration = Duration::from_secs(3);
+const DEFAULT_PREFIX: &str = "lock:";
+
+impl LockConfig {
+    /// A configuration for the given topology with every other setting at its default.
+    pub fn new(topology: Topology) -> Self {
+        LockConfig {
+            topology,
+            username: None,
+            password: None,
+            connect_timeout: DEFAULT_CONNECT_TIMEOUT,
+            response_timeout: DEFAULT_RESPONSE_TIMEOUT,
+            prefix: DEFAULT_PREFIX.to_owned(),
+            watchdog_timeout: DEFAULT_WATCHDOG_TIMEOUT,
+            default_wait: DefaultWait::For(DEFAULT_WAIT),
+            source: None,
+        }
+    }
+
+    /// A single-node configuration with defaults.
+    pub fn single(url: impl Into<String>) -> Self {
+        Self::new(Topology::Single { url: url.into() })
+    }
+
+    /// Parses a TOML configuration (see the [module docs](self) for the format).
+    ///
+    /// # Errors
+    /// [`ErrorKind::Config`] naming the field and what was expected.
+    pub fn from_toml_str(text: &str) -> Result<Self, LockError> {
+        parse(text, "<config string>", None)
+    }
+
+    /// Reads and parses a TOML configuration file.
+    ///
+    /// # Errors
+    /// [`ErrorKind::Config`] naming the file, the field and what was expected, also when the file
+    /// cannot be read.
+    pub fn from_file(path: impl AsRef<Path>) -> Result<Self, LockError> {
+        let path = path.as_ref();
+        let text = std::fs::read_to_string(path).map_err(|e| {
+            LockError::config(format!("cannot read lock config {}: {e}", path.display()))
+                .with_source(e)
+        })?;
+        parse(&text, &path.display().to_string(), Some(path.to_path_buf()))
+    }
+
+    /// Sets the key prefix (default `"lock:"`). It must not contain `{` or `}`.
+    pub fn with_prefix(mut self, prefix: impl Into<String>) -> Self {
+        self.prefix = prefix.into();
+        self
+    }
+
+    /// Sets the lease of locks taken without one (default 30 s); they are renewed every third.
+    pub fn with_watchdog_timeout(mut self, timeout: Duration) -> Self {
+        self.watchdog_timeout = timeout;
+        self
+    }
+
+    /// Sets how long annotated fns wait by default (default 3 s).
+    pub fn with_default_wait(mut self, wait: DefaultWait) -> Self {
+        self.default_wait = wait;
+        self
+    }
+
+    /// Sets how long connecting may take (default 3 s).
+    pub fn with_connect_timeout(mut self, timeout: Duration) -> Self {
+        self.connect_timeout = timeout;
+        self
+    }
+
+    /// Sets how long one Redis operation may take (default 3 s).
+    pub fn with_response_timeout(mut self, timeout: Duration) -> Self {
+        self.response_timeout = timeout;
+        self
+    }
+
+    /// Sets the ACL user name and password used for every connection.
+    pub fn with_credentials(mut self, username: Option<String>, password: Option<String>) -> Self {
+        self.username = username;
+        self.password = password;
+        self
+    }
+
+    /// The Redis topology.
+    pub fn topology(&self) -> &Topology {
+        &self.topology
+    }
+    /// The ACL user name, if any.
+    pub fn username(&self) -> Option<&str> {
+        self.username.as_deref()
+    }
+    /// The password, if any.
+    pub fn password(&self) -> Option<&str> {
+        self.password.as_deref()
+    }
+    /// How long connecting may take.
+    pub fn connect_timeout(&self) -> Duration {
+        self.connect_timeout
+    }
+    /// How long one Redis operation may take.
+    pub fn response_timeout(&self) -> Duration {
+        self.response_timeout
+    }
+    /// The key prefix.
+    pub fn prefix(&self) -> &str {
+        &self.prefix
+    }
+    /// The lease of locks taken without one.
+    pub fn watchdog_timeout(&self) -> Duration {
+        self.watchdog_timeout
+    }
+    /// The default wait of annotated fns.
+    pub fn default_wait(&self) -> DefaultWait {
+        self.default_wait
+    }
+    /// The file this configuration was read from, if any.
+    pub fn source(&self) -> Option<&Path> {
+        self.source.as_deref()
+    }
+
+    /// Checks the values that code (not only files) can get wrong.
+    pub(crate) fn validate(&self) -> Result<(), LockError> {
+        let origin = self.origin();
+        if self.prefix.contains(['{', '}']) {
+            return Err(LockError::config(format!(
+                "{origin}: `lock.prefix` = {:?} must not contain `{{` or `}}` (they are reserved \
+                 for the hash tag around the key)",
+                self.prefix
+            )));
+        }
+        if self.watchdog_timeout < Duration::from_millis(30) {
+            return Err(LockError::config(format!(
+                "{origin}: `lock.watchdog_timeout` must be at least 30ms, got {:?}",
+                self.watchdog_timeout
+            )));
+        }
+        for (field, value) in [
+            ("redis.connect_timeout", self.connect_timeout),
+            ("redis.response_timeout", self.response_timeout),
+        ] {
+            if value.is_zero() {
+                return Err(LockError::config(format!(
+                    "{origin}: `{field}` must be greater than zero"
+                )));
+            }
+        }
+        Ok(())
+    }
+
+    pub(crate) fn origin(&self) -> String {
+        match &self.source {
+            Some(path) => path.display().to_string(),
+            None => "lock config".to_owned(),
+        }
+    }
+}
+
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+struct RawFile {
+    redis: Option<RawRedis>,
+    #[serde(default)]
+    lock: RawLock,
+}
+
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+struct RawRedis {
+    mode: Option<String>,
+    url: Option<String>,
+    nodes: Option<Vec<String>>,
+    master_name: Option<String>,
+    sentinels: Option<Vec<String>>,
+    master: Option<String>,
+    replicas: Option<Vec<String>>,
+    username: Option<String>,
+    password: Option<String>,
+    connect_timeout: Option<ConfigDuration>,
+    response_timeout: Option<ConfigDuration>,
+}
+
+#[derive(Deserialize, Default)]
+#[serde(deny_unknown_fields)]
+struct RawLock {
+    prefix: Option<String>,
+    watchdog_timeout: Option<ConfigDuration>,
+    default_wait: Option<ConfigWait>,
+}
+
+/// A duration written as `"500ms"`, `"5s"`, `"2m"` or `"1h"`.
+struct ConfigDuration(Duration);
+
+impl<'de> Deserialize<'de> for ConfigDuration {
+    fn deserialize<D: serde::Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
+        let text = String::deserialize(d)?;
+        parse_duration(&text)
+            .map(ConfigDuration)
+            .map_err(serde::de::Error::custom)
+    }
+}
+
+/// A duration or `"forever"`.
+struct ConfigWait(DefaultWait);
+
+impl<'de> Deserialize<'de> for ConfigWait {
+    fn deserialize<D: serde::Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
+        let text = String::deserialize(d)?;
+        if text == "forever" {
+            return Ok(ConfigWait(DefaultWait::Forever));
+        }
+        parse_duration(&text)
+            .map(|d| ConfigWait(DefaultWait::For(d)))
+            .map_err(|e| serde::de::Error::custom(format!("{e}, or \"forever\"")))
+    }
+}
+
+/// Parses `"<digits><unit>"` with unit `ms`, `s`, `m` or `h`.
+pub(crate) fn parse_duration(text: &str) -> Result<Duration, String> {
+    let expected = "expected a duration like \"500ms\", \"5s\", \"2m\" or \"1h\"";
+    let digits = text.bytes().take_while(u8::is_ascii_digit).count();
+    let (number, unit) = text.split_at(digits);
+    let number: u64 = number
+        .parse()
+        .map_err(|_| format!("{expected}, got {text:?}"))?;
+    let millis_per_unit = match unit {
+        "ms" => 1,
+        "s" => 1_000,
+        "m" => 60_000,
+        "h" => 3_600_000,
+        _ => return Err(format!("{expected}, got {text:?} (unknown unit {unit:?})")),
+    };
+    let millis = number
+        .checked_mul(millis_per_unit)
+        .ok_or_else(|| format!("{expected}, got {text:?} (too large)"))?;
+    Ok(Duration::from_millis(millis))
+}
+
+fn parse(text: &str, origin: &str, source: Option<PathBuf>) -> Result<LockConfig, LockError> {
+    let fail = |field: &str, what: String| {
+        LockError::new(
+            ErrorKind::Config,
+            format!("{origin}: invalid lock config at `{field}`: {what}"),
+        )
+    };
+    let de = toml::Deserializer::parse(text).map_err(|e| {
+        LockError::config(format!("{origin}: not valid TOML: {}", e.message())).with_source(e)
+    })?;
+    let raw: RawFile = serde_path_to_error::deserialize(de).map_err(|e| {
+        let path = e.path().to_string();
+        let inner = e.into_inner();
+        let line = inner
+            .span()
+            .map(|s| format!(" (line {})", text[..s.start].lines().count().max(1)))
+            .unwrap_or_default();
+        let field = if path == "." { "<top level>" } else { &path };
+        fail(field, format!("{}{line}", inner.message())).with_source(inner)
+    })?;
+    let r = raw.redis.ok_or_else(|| {
+        fail(
+            "redis",
+            "missing table [redis] (it needs at least `mode` and the address fields of that mode)"
+                .to_owned(),
+        )
+    })?;
+    let mode = r.mode.as_deref().ok_or_else(|| {
+        fail(
+            "redis.mode",
+            "missing; expected one of \"single\", \"cluster\", \"sentinel\", \"master-slave\""
+                .to_owned(),
+        )
+    })?;
+    let required = |field: &str, value: Option<String>| {
+        value.filter(|v| !v.trim().is_empty()).ok_or_else(|| {
+            fail(
+                &format!("redis.{field}"),
+                format!("missing; mode = \"{mode}\" requires it"),
+            )
+        })
+    };
+    let required_list = |field: &str, value: Option<Vec<String>>| match value {
+        Some(list) if !list.is_empty() => Ok(list),
+        _ => Err(fail(
+            &format!("redis.{field}"),
+            format!("missing or empty; mode = \"{mode}\" requires a list of redis:// URLs"),
+        )),
+    };
+    let (topology, used): (Topology, &[&str]) = match mode {
+        "single" => (
+            Topology::Single {
+                url: required("url", r.url.clone())?,
+            },
+            &["url"],
+        ),
+        "cluster" => (
+            Topology::Cluster {
+                nodes: required_list("nodes", r.nodes.clone())?,
+            },
+            &["nodes"],
+        ),
+        "sentinel" => (
+            Topology::Sentinel {
+                master_name: required("master_name", r.master_name.clone())?,
+                sentinels: required_list("sentinels", r.sentinels.clone())?,
+            },
+            &["master_name", "sentinels"],
+        ),
+        "master-slave" => (
+            Topology::MasterSlave {
+                master: required("master", r.master.clone())?,
+                replicas: r.replicas.clone().unwrap_or_default(),
+            },
+            &["master", "replicas"],
+        ),
+        other => {
+            return Err(fail(
+                "redis.mode",
+                format!(
+                    "unknown mode {other:?}; expected one of \"single\", \"cluster\", \
+                     \"sentinel\", \"master-slave\""
+                ),
+            ));
+        }
+    };
+    let present = [
+        ("url", r.url.is_some()),
+        ("nodes", r.nodes.is_some()),
+        ("master_name", r.master_name.is_some()),
+        ("sentinels", r.sentinels.is_some()),
+        ("master", r.master.is_some()),
+        ("replicas", r.replicas.is_some()),
+    ];
+    if let Some((field, _)) = present.iter().find(|(f, p)| *p && !used.contains(f)) {
+        return Err(fail(
+            &format!("redis.{field}"),
+            format!(
+                "does not apply to mode = \"{mode}\" (that mode uses: {})",
+                used.join(", ")
+            ),
+        ));
+    }
+    let env = |name: &str| std::env::var(name).ok().filter(|v| !v.is_empty());
+    let mut config = LockConfig::new(topology);
+    config.source = source;
+    config.username = r.username.or_else(|| env("LOCK_REDIS_USERNAME"));
+    config.password = r.password.or_else(|| env("LOCK_REDIS_PASSWORD"));
+    if let Some(d) = r.connect_timeout {
+        config.connect_timeout = d.0;
+    }
+    if let Some(d) = r.response_timeout {
+        config.response_timeout = d.0;
+    }
+    if let Some(prefix) = raw.lock.prefix {
+        config.prefix = prefix;
+    }
+    if let Some(d) = raw.lock.watchdog_timeout {
+        config.watchdog_timeout = d.0;
+    }
+    if let Some(w) = raw.lock.default_wait {
+        config.default_wait = w.0;
+    }
+    config.validate().map_err(|e| {
+        if config.source.is_none() {
+            LockError::config(e.to_string().replacen("lock config", origin, 1))
+        } else {
+            e
+        }
+    })?;
+    Ok(config)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn err(text: &str) -> String {
+        let e = LockConfig::from_toml_str(text).unwrap_err();
+        assert!(e.is_config(), "{e:?}");
+        e.to_string()
+    }
+
+    #[test]
+    fn parses_single_with_defaults() {
+        let c = LockConfig::from_toml_str("[redis]\nmode = \"single\"\nurl = \"redis://h:1\"\n")
+            .unwrap();
+        assert_eq!(
+            c.topology(),
+            &Topology::Single {
+                url: "redis://h:1".into()
+            }
+        );
+        assert_eq!(c.prefix(), "lock:");
+        assert_eq!(c.watchdog_timeout(), Duration::from_secs(30));
+        assert_eq!(c.default_wait(), DefaultWait::For(Duration::from_secs(3)));
+    }
+
+    #[test]
+    fn parses_every_mode() {
+        let c = LockConfig::from_toml_str(
+            "[redis]\nmode = \"cluster\"\nnodes = [\"redis://a:1\", \"redis://b:2\"]\n\
+             [lock]\nprefix = \"p:\"\nwatchdog_timeout = \"9s\"\ndefault_wait = \"forever\"\n",
+        )
+        .unwrap();
+        assert_eq!(c.topology().mode(), "cluster");
+        assert_eq!(c.default_wait(), DefaultWait::Forever);
+        let c = LockConfig::from_toml_str(
+            "[redis]\nmode = \"sentinel\"\nmaster_name = \"m\"\nsentinels = [\"redis://s:1\"]\n",
+        )
+        .unwrap();
+        assert_eq!(c.topology().mode(), "sentinel");
+        let c = LockConfig::from_toml_str(
+            "[redis]\nmode = \"master-slave\"\nmaster = \"redis://m:1\"\nreplicas = [\"redis://r:1\"]\n\
+             response_timeout = \"250ms\"\n",
+        )
+        .unwrap();
+        assert_eq!(c.response_timeout(), Duration::from_millis(250));
+    }
+
+    #[test]
+    fn errors_name_field_and_expectation() {
+        let e = err("[redis]\nmode = \"single\"\n");
+        assert!(e.contains("`redis.url`") && e.contains("requires"), "{e}");
+        let e = err("[redis]\nmode = \"raft\"\nurl = \"x\"\n");
+        assert!(e.contains("`redis.mode`") && e.contains("\"raft\""), "{e}");
+        let e =
+            err("[redis]\nmode = \"single\"\nurl = \"x\"\n[lock]\nwatchdog_timeout = \"30 sec\"\n");
+        assert!(
+            e.contains("`lock.watchdog_timeout`") && e.contains("\"5s\""),
+            "{e}"
+        );
+        assert!(e.contains("line 5"), "{e}");
+        let e = err("[redis]\nmode = \"single\"\nurl = \"x\"\nurll = \"y\"\n");
+        assert!(e.contains("urll") && e.contains("expected one of"), "{e}");
+        let e = err("[redis]\nmode = \"single\"\nurl = \"x\"\nnodes = [\"y\"]\n");
+        assert!(
+            e.contains("`redis.nodes`") && e.contains("does not apply"),
+            "{e}"
+        );
+        let e = err("[redis]\nmode = \"cluster\"\nnodes = []\n");
+        assert!(e.contains("`redis.nodes`"), "{e}");
+        let e = err("[redis]\nmode = \"single\"\nurl = \"x\"\n[lock]\nprefix = \"a{b\"\n");
+        assert!(
+            e.contains("`lock.prefix`") && e.contains("<config string>"),
+            "{e}"
+        );
+        let e = err("redis = 3");
+        assert!(e.contains("`redis`"), "{e}");
+        let e = err("[lock]\nprefix = \"x\"\n");
+        assert!(e.contains("[redis]"), "{e}");
+    }
+
+    #[test]
+    fn file_errors_name_the_file() {
+        let dir = std::env::temp_dir().join(format!("lockcfg-{}", std::process::id()));
+        std::fs::create_dir_all(&dir).unwrap();
+        let path = dir.join("lock.toml");
+        std::fs::write(&path, "[redis]\nmode = \"single\"\n").unwrap();
+        let e = LockConfig::from_file(&path).unwrap_err().to_string();
+        assert!(e.contains("lock.toml") && e.contains("`redis.url`"), "{e}");
+        let e = LockConfig::from_file(dir.join("missing.toml"))
+            .unwrap_err()
+            .to_string();
+        assert!(e.contains("missing.toml"), "{e}");
+        std::fs::remove_dir_all(dir).unwrap();
+    }
+
+    #[test]
+    fn durations() {
+        assert_eq!(parse_duration("500ms").unwrap(), Duration::from_millis(500));
+        assert_eq!(parse_duration("2m").unwrap(), Duration::from_secs(120));
+        assert!(parse_duration("5").is_err());
+        assert!(parse_duration("ms").is_err());
+        assert!(parse_duration("-1s").is_err());
+        assert!(parse_duration("99999999999999999h").is_err());
+    }
+}

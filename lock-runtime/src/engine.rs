@@ -1,0 +1,508 @@
+//! The shared core of a [`LockService`](crate::LockService): acquire with waiting, release with
+//! hand-off, give-back of grants nobody will use.
+//!
+//! Redis calls that change lock state run in their own tasks and report back over a channel, so
+//! cancelling the caller's future never loses a reply: a grant that arrives after its caller left
+//! is released right away, and a release always completes its bookkeeping.
+
+use std::collections::HashSet;
+use std::future::Future;
+use std::pin::Pin;
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use rand::Rng;
+use tokio::sync::{Notify, oneshot};
+use tracing::Instrument;
+
+use crate::backend::Backend;
+use crate::config::LockConfig;
+use crate::error::{ErrorKind, LockError};
+use crate::guard::LockGuard;
+use crate::local::{Local, LockKey, OwnerField, ReleaseEnd, Reservation, Turn};
+use crate::owner::{OwnerId, process_instance};
+use crate::scripts;
+
+pub(crate) struct Inner {
+    pub(crate) backend: Backend,
+    pub(crate) local: Local,
+    pub(crate) config: LockConfig,
+    /// Identifies this service among the services waiting for a lock (fair turns between them).
+    pub(crate) service_id: String,
+    /// Channels the shared subscriber listens on; the async mutex orders (un)subscriptions.
+    pub(crate) subscriptions: tokio::sync::Mutex<HashSet<String>>,
+    pub(crate) runtime: tokio::runtime::Handle,
+}
+
+/// The Redis names of one lock.
+#[derive(Clone, Debug)]
+pub(crate) struct KeyNames {
+    /// The key as the caller wrote it.
+    pub(crate) user: Arc<str>,
+    pub(crate) lock: LockKey,
+    pub(crate) fence: Arc<str>,
+    pub(crate) queue: Arc<str>,
+    pub(crate) channel: Arc<str>,
+}
+
+/// The suffix of wake-up channels, after the lock key.
+pub(crate) const CHANNEL_SUFFIX: &str = ":ch";
+
+impl KeyNames {
+    /// `<prefix>{<key>}` and friends; a key that already has a hash tag keeps it.
+    pub(crate) fn new(prefix: &str, key: &str) -> Result<KeyNames, LockError> {
+        if key.is_empty() {
+            return Err(LockError::new(
+                ErrorKind::InvalidKey,
+                "lock key is empty; give every lock a name such as \"goods:42\"",
+            ));
+        }
+        let lock = if has_hash_tag(key) {
+            format!("{prefix}{key}")
+        } else {
+            format!("{prefix}{{{key}}}")
+        };
+        Ok(KeyNames {
+            user: key.into(),
+            fence: format!("{lock}:fence").into(),
+            queue: format!("{lock}:wq").into(),
+            channel: format!("{lock}{CHANNEL_SUFFIX}").into(),
+            lock: lock.into(),
+        })
+    }
+}
+
+/// Redis Cluster's rule: the first `{` followed later by a `}` with something in between.
+fn has_hash_tag(key: &str) -> bool {
+    key.find('{')
+        .and_then(|open| key[open + 1..].find('}'))
+        .is_some_and(|len| len > 0)
+}
+
+/// The reply of `acquire.lua`.
+#[derive(Debug, Clone, Copy)]
+pub(crate) enum Attempt {
+    Granted(u64),
+    Reentered(u64),
+    Held(Duration),
+}
+
+/// The reply of `release.lua`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Released {
+    NotHeld,
+    StillHeld,
+    Freed { yielded: bool },
+    HandedOff(u64),
+}
+
+/// The owner as stored on Redis.
+pub(crate) fn owner_field(owner: &OwnerId) -> OwnerField {
+    format!("{}:{}", process_instance(), owner).into()
+}
+
+type Detached<T> = Pin<Box<dyn Future<Output = T> + Send>>;
+
+impl Inner {
+    fn millis(d: Duration) -> u64 {
+        u64::try_from(d.as_millis()).unwrap_or(u64::MAX).max(1)
+    }
+
+    /// Acquires `names` for `owner`, waiting up to `wait` (`None`: until acquired).
+    pub(crate) async fn acquire(
+        self: Arc<Self>,
+        names: KeyNames,
+        owner: OwnerId,
+        lease: Option<Duration>,
+        wait: Option<Duration>,
+    ) -> Result<LockGuard, LockError> {
+        let span = tracing::info_span!(
+            "lock.acquire",
+            key = %names.user,
+            owner = %owner,
+            fence = tracing::field::Empty,
+            waited_ms = tracing::field::Empty,
+        );
+        let started = Instant::now();
+        let result = self
+            .acquire_inner(names, owner, lease, wait.map(|w| started + w), started)
+            .instrument(span.clone())
+            .await;
+        span.record("waited_ms", started.elapsed().as_millis() as u64);
+        if let Ok(guard) = &result {
+            span.record("fence", guard.fence());
+        }
+        result
+    }
+
+    async fn acquire_inner(
+        self: &Arc<Self>,
+        names: KeyNames,
+        owner: OwnerId,
+        lease: Option<Duration>,
+        deadline: Option<Instant>,
+        started: Instant,
+    ) -> Result<LockGuard, LockError> {
+        let field = owner_field(&owner);
+        let lease_ms = Self::millis(lease.unwrap_or(self.config.watchdog_timeout()));
+        let watched = lease.is_none();
+        let guard = |inner: &Arc<Self>, token, lost, since| {
+            LockGuard::new(
+                inner.clone(),
+                names.clone(),
+                owner.clone(),
+                field.clone(),
+                token,
+                lease,
+                lost,
+                since,
+            )
+        };
+
+        // Re-entry: the owner holds the key here already, so it must not queue behind waiters
+        // that wait for it.
+        if self.local.holds(&names.lock, &field) {
+            let sent = Instant::now();
+            match self.attempt(&names, &field, lease_ms, 0, false).await? {
+                Attempt::Granted(token) | Attempt::Reentered(token) => {
+                    let lost = self.local.add_hold(&names.lock, &field, watched);
+                    return Ok(guard(self, token, lost, sent));
+                }
+                Attempt::Held(_) => {} // lost meanwhile: wait in line like everyone else
+            }
+        }
+
+        let (id, wake) = self.local.enqueue(&names.lock, &field, lease_ms, watched);
+        let mut ticket = Ticket {
+            inner: self,
+            names: &names,
+            id,
+            done: false,
+        };
+        let mut subscribed = false;
+        loop {
+            let mut hint = None;
+            match self.local.turn(&names.lock, id) {
+                Turn::Granted { token, since } => {
+                    ticket.done = true;
+                    let lost = self.local.leave_granted(&names.lock, id);
+                    return Ok(guard(self, token, lost, since));
+                }
+                Turn::Wait => {}
+                Turn::Attempt => {
+                    let sent = Instant::now();
+                    let horizon = self.waiter_horizon(deadline);
+                    match self
+                        .attempt(&names, &field, lease_ms, horizon, true)
+                        .await?
+                    {
+                        Attempt::Granted(token) | Attempt::Reentered(token) => {
+                            ticket.done = true;
+                            let lost = self.local.leave_granted(&names.lock, id);
+                            return Ok(guard(self, token, lost, sent));
+                        }
+                        Attempt::Held(ttl) => {
+                            self.local.park(&names.lock, id);
+                            let out_of_time = deadline.is_some_and(|d| Instant::now() >= d);
+                            if !subscribed && !out_of_time {
+                                // Subscribe, then try again: a release between the failed
+                                // attempt and the subscription would otherwise go unnoticed.
+                                self.ensure_subscribed(&names.channel).await?;
+                                subscribed = true;
+                                continue;
+                            }
+                            let jitter = rand::rng().random_range(1..=20);
+                            hint = Some(ttl + Duration::from_millis(jitter));
+                        }
+                    }
+                }
+            }
+            if deadline.is_some_and(|d| Instant::now() >= d) {
+                return Err(self.timeout_error(&names, started));
+            }
+            wait_for(&wake, hint, deadline).await;
+        }
+    }
+
+    fn timeout_error(&self, names: &KeyNames, started: Instant) -> LockError {
+        LockError::new(
+            ErrorKind::Timeout,
+            format!(
+                "could not acquire lock `{}` within {:?}: it is held by another owner",
+                names.user,
+                started.elapsed()
+            ),
+        )
+        .with_key(&names.user)
+    }
+
+    /// How long this service stays registered as waiting after a failed attempt: until it
+    /// will have tried again at the latest (0: it will not wait, do not register).
+    fn waiter_horizon(&self, deadline: Option<Instant>) -> u64 {
+        let cap = self.config.watchdog_timeout();
+        let left = match deadline {
+            Some(d) => d.saturating_duration_since(Instant::now()).min(cap),
+            None => cap,
+        };
+        if left.is_zero() {
+            0
+        } else {
+            Self::millis(left) + 1_000
+        }
+    }
+
+    /// One run of `acquire.lua`, in its own task. When the caller goes away before the reply
+    /// arrives, a grant is given back; `fresh`: the owner did not hold the lock before, so a
+    /// call whose outcome is unknown (timed out) is given back too.
+    async fn attempt(
+        self: &Arc<Self>,
+        names: &KeyNames,
+        field: &OwnerField,
+        lease_ms: u64,
+        horizon_ms: u64,
+        fresh: bool,
+    ) -> Result<Attempt, LockError> {
+        let (tx, rx) = oneshot::channel();
+        let (inner, names, field) = (self.clone(), names.clone(), field.clone());
+        self.runtime.spawn(async move {
+            let mut invocation = scripts::ACQUIRE.key(&*names.lock);
+            invocation
+                .key(&*names.fence)
+                .key(&*names.queue)
+                .arg(&*field)
+                .arg(lease_ms)
+                .arg(&inner.service_id)
+                .arg(horizon_ms);
+            let reply = inner
+                .backend
+                .run::<Vec<i64>>("acquire", &invocation)
+                .await
+                .and_then(|r| parse_attempt(&r, &names));
+            let give_back = match &reply {
+                Ok(Attempt::Granted(_) | Attempt::Reentered(_)) => true,
+                Err(e) => fresh && e.is_backend(),
+                Ok(Attempt::Held(_)) => false,
+            };
+            if let Err(reply) = tx.send(reply)
+                && give_back
+            {
+                tracing::debug!(key = %names.user, ?reply, "acquire cancelled, giving the grant back");
+                drop(inner.release_detached(names, field, None));
+            }
+        });
+        rx.await.unwrap_or_else(|_| {
+            Err(LockError::new(
+                ErrorKind::Backend,
+                "acquire task ended without a reply",
+            ))
+        })
+    }
+
+    /// Releases one hold in the background: drops the guard's bookkeeping now, then runs
+    /// `release.lua` (handing the lock to a parked waiter of this service when it can).
+    /// `guard`: `Some(watched)` for a guard, `None` to give back a grant that has no guard.
+    pub(crate) fn release_detached(
+        self: &Arc<Self>,
+        names: KeyNames,
+        field: OwnerField,
+        guard: Option<bool>,
+    ) -> tokio::task::JoinHandle<Result<Released, LockError>> {
+        let reservation = self.local.begin_release(&names.lock, &field, guard);
+        let finish: Detached<Result<Released, LockError>> =
+            Box::pin(self.clone().finish_release(names, field, reservation));
+        self.runtime.spawn(finish)
+    }
+
+    async fn finish_release(
+        self: Arc<Self>,
+        names: KeyNames,
+        field: OwnerField,
+        reservation: Option<Reservation>,
+    ) -> Result<Released, LockError> {
+        let (next, next_lease) = match &reservation {
+            Some(r) => (&*r.owner, r.lease_ms),
+            None => ("", 0),
+        };
+        let mut invocation = scripts::RELEASE.key(&*names.lock);
+        invocation
+            .key(&*names.fence)
+            .key(&*names.queue)
+            .arg(&*field)
+            .arg(&self.service_id)
+            .arg(&*names.channel)
+            .arg(self.backend.publish_command())
+            .arg(next)
+            .arg(next_lease)
+            .arg(self.waiter_horizon(None));
+        let reply = self
+            .backend
+            .run::<Vec<i64>>("release", &invocation)
+            .await
+            .and_then(|r| parse_released(&r, &names));
+        let end = match reply {
+            Ok(Released::HandedOff(token)) => ReleaseEnd::HandedOff(token),
+            Ok(Released::Freed { yielded }) => ReleaseEnd::Freed { yielded },
+            _ => ReleaseEnd::Unchanged,
+        };
+        if let Some(orphan) = self.local.end_release(&names.lock, reservation, end) {
+            tracing::debug!(key = %names.user, "hand-off target left, giving the lock back");
+            drop(self.release_detached(names, orphan.owner, None));
+        }
+        reply
+    }
+
+    /// Subscribes the shared subscriber to `channel` unless it already is.
+    async fn ensure_subscribed(&self, channel: &str) -> Result<(), LockError> {
+        let mut subscribed = self.subscriptions.lock().await;
+        if !subscribed.contains(channel) {
+            self.backend.subscribe(channel).await?;
+            subscribed.insert(channel.to_owned());
+        }
+        Ok(())
+    }
+
+    /// Unsubscribes from the channels nobody in this process waits on any more.
+    pub(crate) async fn unsubscribe_idle(&self) {
+        let mut subscribed = self.subscriptions.lock().await;
+        let idle: Vec<String> = subscribed
+            .iter()
+            .filter(|ch| {
+                let key = ch.strip_suffix(CHANNEL_SUFFIX).unwrap_or(ch);
+                !self.local.has_waiters(key)
+            })
+            .cloned()
+            .collect();
+        if idle.is_empty() {
+            return;
+        }
+        match self.backend.unsubscribe(&idle).await {
+            Ok(()) => {
+                for ch in &idle {
+                    subscribed.remove(ch);
+                }
+            }
+            Err(e) => tracing::debug!(error = %e, "unsubscribe failed; will retry"),
+        }
+    }
+}
+
+/// A place in a waiter line; leaving it (drop) gives back a hand-off that already arrived.
+struct Ticket<'a> {
+    inner: &'a Arc<Inner>,
+    names: &'a KeyNames,
+    id: u64,
+    done: bool,
+}
+
+impl Drop for Ticket<'_> {
+    fn drop(&mut self) {
+        if self.done {
+            return;
+        }
+        if let Some(orphan) = self.inner.local.leave(&self.names.lock, self.id) {
+            drop(
+                self.inner
+                    .release_detached(self.names.clone(), orphan.owner, None),
+            );
+        }
+    }
+}
+
+/// Sleeps until woken, `hint` elapsed (the lock's remaining lease) or the deadline.
+async fn wait_for(wake: &Notify, hint: Option<Duration>, deadline: Option<Instant>) {
+    let now = Instant::now();
+    let until = match (hint.map(|h| now + h), deadline) {
+        (Some(h), Some(d)) => Some(h.min(d)),
+        (h, d) => h.or(d),
+    };
+    match until {
+        Some(until) => {
+            tokio::select! {
+                () = wake.notified() => {}
+                () = tokio::time::sleep_until(until.into()) => {}
+            }
+        }
+        None => wake.notified().await,
+    }
+}
+
+fn bad_reply(script: &str, names: &KeyNames, reply: &[i64]) -> LockError {
+    LockError::new(
+        ErrorKind::Backend,
+        format!(
+            "unexpected reply {reply:?} from the {script} script for lock `{}`",
+            names.user
+        ),
+    )
+    .with_key(&names.user)
+}
+
+fn token(value: i64) -> u64 {
+    u64::try_from(value).unwrap_or(0)
+}
+
+fn parse_attempt(reply: &[i64], names: &KeyNames) -> Result<Attempt, LockError> {
+    match reply {
+        [1, token_value] => Ok(Attempt::Granted(token(*token_value))),
+        [2, token_value, _count] => Ok(Attempt::Reentered(token(*token_value))),
+        [0, ttl] => Ok(Attempt::Held(if *ttl >= 0 {
+            Duration::from_millis(*ttl as u64)
+        } else {
+            // no expiry (set by someone else) or just gone: look again soon
+            Duration::from_millis(100)
+        })),
+        _ => Err(bad_reply("acquire", names, reply)),
+    }
+}
+
+fn parse_released(reply: &[i64], names: &KeyNames) -> Result<Released, LockError> {
+    match reply {
+        [0] => Ok(Released::NotHeld),
+        [1, _] => Ok(Released::StillHeld),
+        [2, yielded] => Ok(Released::Freed {
+            yielded: *yielded == 1,
+        }),
+        [3, token_value] => Ok(Released::HandedOff(token(*token_value))),
+        _ => Err(bad_reply("release", names, reply)),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn key_names_use_a_hash_tag() {
+        let n = KeyNames::new("lock:", "goods:42").unwrap();
+        assert_eq!(&*n.lock, "lock:{goods:42}");
+        assert_eq!(&*n.fence, "lock:{goods:42}:fence");
+        assert_eq!(&*n.channel, "lock:{goods:42}:ch");
+        let n = KeyNames::new("lock:", "shop:{7}:goods:1").unwrap();
+        assert_eq!(&*n.lock, "lock:shop:{7}:goods:1", "the user's tag is kept");
+        let n = KeyNames::new("lock:", "odd{}key").unwrap();
+        assert_eq!(&*n.lock, "lock:{odd{}key}", "an empty tag is no tag");
+        let e = KeyNames::new("lock:", "").unwrap_err();
+        assert_eq!(e.kind(), ErrorKind::InvalidKey);
+    }
+
+    #[test]
+    fn replies_parse() {
+        let n = KeyNames::new("p:", "k").unwrap();
+        assert!(matches!(
+            parse_attempt(&[1, 9], &n),
+            Ok(Attempt::Granted(9))
+        ));
+        assert!(matches!(
+            parse_attempt(&[2, 9, 2], &n),
+            Ok(Attempt::Reentered(9))
+        ));
+        assert!(matches!(parse_attempt(&[0, 50], &n), Ok(Attempt::Held(d)) if d.as_millis() == 50));
+        assert!(parse_attempt(&[7], &n).is_err());
+        assert_eq!(parse_released(&[3, 5], &n).unwrap(), Released::HandedOff(5));
+        assert_eq!(
+            parse_released(&[2, 1], &n).unwrap(),
+            Released::Freed { yielded: true }
+        );
+        assert!(parse_released(&[], &n).is_err());
+    }
+}

@@ -1,0 +1,219 @@
+//! The one error type of the crate: [`LockError`], classified by [`ErrorKind`].
+
+use std::error::Error as StdError;
+use std::fmt;
+
+/// What went wrong, coarsely: match on it to decide what to do.
+///
+/// The enum is `#[non_exhaustive]`: new kinds may appear in minor releases, so keep a `_` arm.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+#[non_exhaustive]
+pub enum ErrorKind {
+    /// The wait ran out before the lock could be acquired.
+    Timeout,
+    /// A release (or extension) was attempted by an owner that does not hold the lock, for
+    /// example because its lease ran out or an operator force-unlocked it.
+    NotHeld,
+    /// The lock was lost while it was held: the watchdog found it gone or the lease ran out.
+    Lost,
+    /// The grant was not acknowledged by the required number of replicas in time; the grant was
+    /// given back.
+    ReplicaSync,
+    /// Redis could not be reached, answered with an error, or did not answer in time.
+    Backend,
+    /// The configuration is malformed: the message names the file, the field and what was
+    /// expected.
+    Config,
+    /// No global lock service has been set up and no configuration file was found.
+    NotInitialized,
+    /// The lock key is not usable (for example empty).
+    InvalidKey,
+    /// An argument other than the key is not usable (for example a zero lease).
+    InvalidArgument,
+}
+
+impl ErrorKind {
+    fn as_str(self) -> &'static str {
+        match self {
+            ErrorKind::Timeout => "timed out",
+            ErrorKind::NotHeld => "not held",
+            ErrorKind::Lost => "lock lost",
+            ErrorKind::ReplicaSync => "replica sync failed",
+            ErrorKind::Backend => "backend error",
+            ErrorKind::Config => "configuration error",
+            ErrorKind::NotInitialized => "not initialized",
+            ErrorKind::InvalidKey => "invalid key",
+            ErrorKind::InvalidArgument => "invalid argument",
+        }
+    }
+}
+
+impl fmt::Display for ErrorKind {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(self.as_str())
+    }
+}
+
+type BoxError = Box<dyn StdError + Send + Sync + 'static>;
+
+/// The error returned by every fallible operation of this crate.
+///
+/// It is opaque on purpose: ask for its [`kind`](LockError::kind), use the `is_*` predicates,
+/// the [`key`](LockError::key) it concerns, and the underlying [`source`](StdError::source).
+///
+/// ```
+/// use lock_runtime::{ErrorKind, LockError};
+///
+/// fn describe(err: &LockError) -> &'static str {
+///     match err.kind() {
+///         ErrorKind::Timeout => "busy, try again later",
+///         ErrorKind::Backend => "lock service unavailable",
+///         _ => "unexpected lock failure",
+///     }
+/// }
+/// # let _ = describe;
+/// ```
+pub struct LockError {
+    inner: Box<Inner>,
+}
+
+struct Inner {
+    kind: ErrorKind,
+    key: Option<String>,
+    message: String,
+    source: Option<BoxError>,
+}
+
+impl LockError {
+    pub(crate) fn new(kind: ErrorKind, message: impl Into<String>) -> Self {
+        LockError {
+            inner: Box::new(Inner {
+                kind,
+                key: None,
+                message: message.into(),
+                source: None,
+            }),
+        }
+    }
+
+    pub(crate) fn with_key(mut self, key: &str) -> Self {
+        self.inner.key = Some(key.to_owned());
+        self
+    }
+
+    pub(crate) fn with_source(mut self, source: impl Into<BoxError>) -> Self {
+        self.inner.source = Some(source.into());
+        self
+    }
+
+    pub(crate) fn backend(context: &str, err: redis::RedisError) -> Self {
+        LockError::new(ErrorKind::Backend, format!("{context}: {err}")).with_source(err)
+    }
+
+    pub(crate) fn config(message: impl Into<String>) -> Self {
+        LockError::new(ErrorKind::Config, message)
+    }
+
+    /// The kind of failure.
+    pub fn kind(&self) -> ErrorKind {
+        self.inner.kind
+    }
+
+    /// The lock key (as the caller wrote it, without prefix) this error concerns, if any.
+    pub fn key(&self) -> Option<&str> {
+        self.inner.key.as_deref()
+    }
+
+    /// `true` when the wait for the lock ran out.
+    pub fn is_timeout(&self) -> bool {
+        self.kind() == ErrorKind::Timeout
+    }
+
+    /// `true` when the caller did not (or no longer) hold the lock it tried to release.
+    pub fn is_not_held(&self) -> bool {
+        self.kind() == ErrorKind::NotHeld
+    }
+
+    /// `true` when a held lock was lost (renewal found it gone, or its lease ran out).
+    pub fn is_lost(&self) -> bool {
+        self.kind() == ErrorKind::Lost
+    }
+
+    /// `true` when replicas did not acknowledge a grant in time.
+    pub fn is_replica_sync(&self) -> bool {
+        self.kind() == ErrorKind::ReplicaSync
+    }
+
+    /// `true` when Redis was unreachable, failed or did not answer in time.
+    pub fn is_backend(&self) -> bool {
+        self.kind() == ErrorKind::Backend
+    }
+
+    /// `true` for configuration errors.
+    pub fn is_config(&self) -> bool {
+        self.kind() == ErrorKind::Config
+    }
+
+    /// `true` when trying the same operation again later may succeed (timeouts, lost locks,
+    /// backend and replica failures), `false` for caller mistakes (bad key, bad config, releasing
+    /// a lock that is not held).
+    pub fn is_retryable(&self) -> bool {
+        matches!(
+            self.kind(),
+            ErrorKind::Timeout | ErrorKind::Lost | ErrorKind::Backend | ErrorKind::ReplicaSync
+        )
+    }
+}
+
+impl fmt::Display for LockError {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(&self.inner.message)
+    }
+}
+
+impl fmt::Debug for LockError {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        let mut d = f.debug_struct("LockError");
+        d.field("kind", &self.inner.kind);
+        if let Some(key) = &self.inner.key {
+            d.field("key", key);
+        }
+        d.field("message", &self.inner.message);
+        if let Some(source) = &self.inner.source {
+            d.field("source", source);
+        }
+        d.finish()
+    }
+}
+
+impl StdError for LockError {
+    fn source(&self) -> Option<&(dyn StdError + 'static)> {
+        self.inner
+            .source
+            .as_deref()
+            .map(|s| s as &(dyn StdError + 'static))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn kind_and_predicates() {
+        let e = LockError::new(ErrorKind::Timeout, "waited 2s for lock `a`").with_key("a");
+        assert!(e.is_timeout() && e.is_retryable() && !e.is_backend());
+        assert_eq!(e.key(), Some("a"));
+        assert_eq!(e.to_string(), "waited 2s for lock `a`");
+        let e = LockError::new(ErrorKind::InvalidKey, "empty");
+        assert!(!e.is_retryable());
+    }
+
+    #[test]
+    fn source_is_kept() {
+        let io = std::io::Error::other("boom");
+        let e = LockError::new(ErrorKind::Backend, "x").with_source(io);
+        assert_eq!(e.source().unwrap().to_string(), "boom");
+        assert!(format!("{e:?}").contains("boom"));
+    }
+}

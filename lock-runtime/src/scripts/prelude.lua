@@ -1,0 +1,39 @@
+-- Shared helpers, prepended to the scripts that grant locks (see scripts/mod.rs).
+--
+-- A lock is a hash: one field per owner holding its hold count, plus the field ':fence' holding
+-- the fencing token of the current grant. Owner fields never start with ':'.
+--
+-- Fencing tokens: the next token is max(last token + 1, server clock in microseconds). The
+-- counter alone makes tokens strictly increase; the clock keeps them increasing when the counter
+-- is lost (a failover that drops the last writes, a flush), as long as the clock does not jump
+-- back. Numbers are formatted with '%.0f' because Lua numbers are doubles and Redis would
+-- otherwise store large ones in exponent notation; tokens stay below 2^53.
+local function now_micros()
+  local t = redis.call('time')
+  return tonumber(t[1]) * 1000000 + tonumber(t[2])
+end
+
+local function next_fence(fence_key)
+  local token = tonumber(redis.call('get', fence_key) or '0') + 1
+  local now = now_micros()
+  if now > token then token = now end
+  redis.call('set', fence_key, string.format('%.0f', token))
+  return token
+end
+
+local function grant(lock, owner, lease_ms, fence_key)
+  local token = next_fence(fence_key)
+  redis.call('hset', lock, owner, 1, ':fence', string.format('%.0f', token))
+  redis.call('pexpire', lock, lease_ms)
+  return token
+end
+
+-- Registers `service` as having waiters for this lock until now + horizon_ms.
+local function register_waiter(queue, service, horizon_ms)
+  local until_ms = math.floor(now_micros() / 1000) + horizon_ms
+  redis.call('zadd', queue, until_ms, service)
+  if redis.call('pttl', queue) < horizon_ms then
+    redis.call('pexpire', queue, horizon_ms)
+  end
+end
+

@@ -1,0 +1,274 @@
+//! [`LockService`]: the handle applications use to take, inspect and break locks.
+
+use std::collections::HashSet;
+use std::fmt;
+use std::future::{Future, IntoFuture};
+use std::pin::Pin;
+use std::sync::Arc;
+use std::time::Duration;
+
+use crate::backend::Backend;
+use crate::config::LockConfig;
+use crate::engine::{Inner, KeyNames, owner_field};
+use crate::error::{ErrorKind, LockError};
+use crate::guard::LockGuard;
+use crate::local::Local;
+use crate::owner::{self, OwnerId};
+use crate::{notify, scripts, watchdog};
+
+/// A connection to Redis that hands out distributed locks.
+///
+/// Cheap to clone (all clones share one set of connections, one watchdog and one subscriber);
+/// `Send + Sync`. Background tasks stop when the last clone is dropped.
+///
+/// ```no_run
+/// use lock_runtime::{LockConfig, LockService};
+/// use std::time::Duration;
+///
+/// # async fn demo() -> Result<(), lock_runtime::LockError> {
+/// let locks = LockService::connect(LockConfig::single("redis://127.0.0.1:6379")).await?;
+/// let guard = locks
+///     .lock("goods:42")
+///     .lease(Duration::from_secs(5)) // without: the watchdog renews it until released
+///     .wait(Duration::from_secs(2)) // without: wait until acquired
+///     .await?;
+/// println!("fencing token {}", guard.fence());
+/// guard.release().await?;
+/// # Ok(()) }
+/// ```
+#[derive(Clone)]
+pub struct LockService {
+    inner: Arc<Inner>,
+}
+
+impl LockService {
+    /// Connects to the topology in `config` and starts the service's watchdog and subscriber.
+    ///
+    /// # Errors
+    /// [`ErrorKind::Config`] for an invalid configuration; [`ErrorKind::Backend`] when Redis
+    /// cannot be reached within `connect_timeout`.
+    pub async fn connect(config: LockConfig) -> Result<LockService, LockError> {
+        config.validate()?;
+        let (push_tx, push_rx) = tokio::sync::mpsc::unbounded_channel();
+        let backend = Backend::connect(&config, push_tx).await?;
+        let runtime = tokio::runtime::Handle::current();
+        let period = config.watchdog_timeout() / 3;
+        let inner = Arc::new(Inner {
+            backend,
+            local: Local::default(),
+            config,
+            service_id: uuid::Uuid::new_v4().simple().to_string(),
+            subscriptions: tokio::sync::Mutex::new(HashSet::new()),
+            runtime: runtime.clone(),
+        });
+        runtime.spawn(watchdog::run(Arc::downgrade(&inner), period));
+        runtime.spawn(notify::run(Arc::downgrade(&inner), push_rx));
+        Ok(LockService { inner })
+    }
+
+    /// Starts a request for the lock `key`; await it to acquire.
+    ///
+    /// The owner is the current [`owner`] scope's, or a fresh one outside any scope; see
+    /// [`LockRequest`] for the options.
+    pub fn lock(&self, key: impl Into<String>) -> LockRequest<'_> {
+        LockRequest {
+            service: self,
+            key: key.into(),
+            lease: None,
+            wait: None,
+            owner: None,
+        }
+    }
+
+    /// Tries once, without waiting: `lock(key).wait(Duration::ZERO)`.
+    pub fn try_lock(&self, key: impl Into<String>) -> LockRequest<'_> {
+        self.lock(key).wait(Duration::ZERO)
+    }
+
+    /// Whether anyone holds `key`.
+    ///
+    /// # Errors
+    /// [`ErrorKind::InvalidKey`] or [`ErrorKind::Backend`].
+    pub async fn is_locked(&self, key: &str) -> Result<bool, LockError> {
+        Ok(self.inspect(key).await?.holder.is_some())
+    }
+
+    /// Removes the lock `key` whoever holds it, and wakes its waiters. Returns whether a lock
+    /// was removed. Holders learn it at their next renewal (`LockGuard::lost`); their release
+    /// then fails with [`ErrorKind::NotHeld`].
+    ///
+    /// # Errors
+    /// [`ErrorKind::InvalidKey`] or [`ErrorKind::Backend`].
+    pub async fn force_unlock(&self, key: &str) -> Result<bool, LockError> {
+        let names = self.names(key)?;
+        let mut invocation = scripts::FORCE_UNLOCK.key(&*names.lock);
+        invocation
+            .arg(&*names.channel)
+            .arg(self.inner.backend.publish_command());
+        let removed: i64 = self.inner.backend.run("force_unlock", &invocation).await?;
+        if removed == 1 {
+            tracing::warn!(key = %names.user, "lock force-unlocked");
+            self.inner.local.mark_lost(&names.lock);
+        }
+        Ok(removed == 1)
+    }
+
+    /// The state of the lock `key` on Redis: holder, hold count, remaining lease, fencing
+    /// tokens and how many services wait for it.
+    ///
+    /// # Errors
+    /// [`ErrorKind::InvalidKey`] or [`ErrorKind::Backend`].
+    pub async fn inspect(&self, key: &str) -> Result<LockInfo, LockError> {
+        let names = self.names(key)?;
+        let mut invocation = scripts::INSPECT.key(&*names.lock);
+        invocation.key(&*names.fence).key(&*names.queue);
+        type Reply = (Vec<(String, String)>, i64, i64, i64);
+        let (fields, ttl, last, waiting): Reply =
+            self.inner.backend.run("inspect", &invocation).await?;
+        let mut info = LockInfo {
+            key: key.to_owned(),
+            holder: None,
+            hold_count: 0,
+            ttl: u64::try_from(ttl).ok().map(Duration::from_millis),
+            fence: None,
+            last_fence: u64::try_from(last).ok(),
+            waiting_services: u32::try_from(waiting).unwrap_or(0),
+        };
+        for (field, value) in fields {
+            if field == scripts::FENCE_FIELD {
+                info.fence = value.parse().ok();
+            } else {
+                info.holder = Some(field);
+                info.hold_count = value.parse().unwrap_or(0);
+            }
+        }
+        Ok(info)
+    }
+
+    /// Whether the current owner (see [`owner`]) holds `key`.
+    ///
+    /// # Errors
+    /// [`ErrorKind::InvalidKey`] or [`ErrorKind::Backend`].
+    pub async fn is_held_by_current(&self, key: &str) -> Result<bool, LockError> {
+        let Some(owner) = owner::try_current() else {
+            return Ok(false);
+        };
+        let holder = self.inspect(key).await?.holder;
+        Ok(holder.as_deref() == Some(&*owner_field(&owner)))
+    }
+
+    /// The configuration the service runs with.
+    pub fn config(&self) -> &LockConfig {
+        &self.inner.config
+    }
+
+    fn names(&self, key: &str) -> Result<KeyNames, LockError> {
+        KeyNames::new(self.inner.config.prefix(), key).map_err(|e| e.with_key(key))
+    }
+}
+
+impl fmt::Debug for LockService {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("LockService")
+            .field("topology", &self.inner.config.topology().mode())
+            .field("prefix", &self.inner.config.prefix())
+            .finish_non_exhaustive()
+    }
+}
+
+/// A request for a lock, built by [`LockService::lock`]; awaiting it acquires the lock.
+///
+/// # Cancel safety
+/// Dropping the future at any point never leaves the lock held past its lease: a grant that
+/// arrives after the future was dropped is released at once.
+#[must_use = "a lock request does nothing until it is awaited"]
+pub struct LockRequest<'a> {
+    service: &'a LockService,
+    key: String,
+    lease: Option<Duration>,
+    wait: Option<Duration>,
+    owner: Option<OwnerId>,
+}
+
+impl LockRequest<'_> {
+    /// Hold the lock for at most `lease`: it expires then even if this process dies or forgets
+    /// to release it. Without a lease the watchdog keeps the lock (with `watchdog_timeout`)
+    /// until it is released.
+    pub fn lease(mut self, lease: Duration) -> Self {
+        self.lease = Some(lease);
+        self
+    }
+
+    /// Give up with [`ErrorKind::Timeout`] when the lock could not be acquired within `wait`.
+    /// Without it the request waits until it acquires the lock; `Duration::ZERO` tries once.
+    pub fn wait(mut self, wait: Duration) -> Self {
+        self.wait = Some(wait);
+        self
+    }
+
+    /// Wait at most `wait` when it is `Some`, until acquired when it is `None`.
+    pub fn wait_at_most(mut self, wait: Option<Duration>) -> Self {
+        self.wait = wait;
+        self
+    }
+
+    /// Acquire as `owner` instead of the current scope's owner.
+    pub fn owner(mut self, owner: OwnerId) -> Self {
+        self.owner = Some(owner);
+        self
+    }
+}
+
+impl<'a> IntoFuture for LockRequest<'a> {
+    type Output = Result<LockGuard, LockError>;
+    type IntoFuture = Pin<Box<dyn Future<Output = Self::Output> + Send + 'a>>;
+
+    fn into_future(self) -> Self::IntoFuture {
+        let owner = self.owner.unwrap_or_else(owner::current_or_new);
+        let inner = self.service.inner.clone();
+        let names = self.service.names(&self.key);
+        let (lease, wait) = (self.lease, self.wait);
+        Box::pin(async move {
+            if lease.is_some_and(|l| l.is_zero()) {
+                let key = names?.user;
+                return Err(LockError::new(
+                    ErrorKind::InvalidArgument,
+                    format!("lock `{key}` requested with a zero lease; use at least 1ms"),
+                )
+                .with_key(&key));
+            }
+            inner.acquire(names?, owner, lease, wait).await
+        })
+    }
+}
+
+impl fmt::Debug for LockRequest<'_> {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("LockRequest")
+            .field("key", &self.key)
+            .field("lease", &self.lease)
+            .field("wait", &self.wait)
+            .field("owner", &self.owner)
+            .finish()
+    }
+}
+
+/// The state of one lock on Redis, from [`LockService::inspect`].
+#[derive(Debug, Clone, PartialEq, Eq)]
+#[non_exhaustive]
+pub struct LockInfo {
+    /// The key as asked for.
+    pub key: String,
+    /// The holder as stored on Redis (`<process instance>:<owner id>`), `None` when free.
+    pub holder: Option<String>,
+    /// How many times the holder holds it (re-entry), 0 when free.
+    pub hold_count: u32,
+    /// The remaining lease, `None` when free.
+    pub ttl: Option<Duration>,
+    /// The fencing token of the current grant, `None` when free.
+    pub fence: Option<u64>,
+    /// The last fencing token issued for this key, `None` when none ever was.
+    pub last_fence: Option<u64>,
+    /// How many services (processes) have waiters registered for this key.
+    pub waiting_services: u32,
+}

@@ -1,0 +1,66 @@
+//! The watchdog: one task per service renews every lock held without a lease, in batches, every
+//! third of `watchdog_timeout`, and tells guards when their lock is gone.
+
+use std::sync::{Arc, Weak};
+use std::time::Duration;
+
+use crate::engine::Inner;
+use crate::scripts;
+
+/// Locks renewed per script call (one round trip each).
+const BATCH: usize = 256;
+
+/// Renews until the service is dropped; idle wake-up subscriptions are dropped on the way.
+pub(crate) async fn run(inner: Weak<Inner>, period: Duration) {
+    let start = tokio::time::Instant::now();
+    let mut renew = tokio::time::interval_at(start + period, period);
+    renew.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+    let sweep_period = Duration::from_secs(1).min(period);
+    let mut sweep = tokio::time::interval_at(start + sweep_period, sweep_period);
+    sweep.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+    loop {
+        tokio::select! {
+            _ = renew.tick() => {
+                let Some(inner) = inner.upgrade() else { return };
+                renew_all(&inner).await;
+            }
+            _ = sweep.tick() => {
+                let Some(inner) = inner.upgrade() else { return };
+                inner.unsubscribe_idle().await;
+            }
+        }
+    }
+}
+
+async fn renew_all(inner: &Arc<Inner>) {
+    let lease = inner.config.watchdog_timeout();
+    let lease_ms = u64::try_from(lease.as_millis()).unwrap_or(u64::MAX);
+    let due = inner.local.renewals();
+    for batch in due.chunks(BATCH) {
+        let mut invocation = scripts::RENEW.prepare_invoke();
+        for r in batch {
+            invocation.key(&*r.key);
+        }
+        invocation.arg(lease_ms);
+        for r in batch {
+            invocation.arg(&*r.owner);
+        }
+        match inner.backend.run::<Vec<i64>>("renew", &invocation).await {
+            Ok(flags) if flags.len() == batch.len() => {
+                for (r, flag) in batch.iter().zip(flags) {
+                    if flag != 1 {
+                        tracing::warn!(key = %r.key, owner = %r.owner, "lock lost: renewal found it gone");
+                    }
+                    inner.local.renewed(&r.key, &r.owner, flag == 1);
+                }
+            }
+            Ok(flags) => tracing::warn!(?flags, "unexpected reply from the renew script"),
+            Err(e) => {
+                tracing::warn!(error = %e, locks = batch.len(), "lock renewal failed; retrying")
+            }
+        }
+    }
+    for (key, owner) in inner.local.expire_unrenewed(lease) {
+        tracing::warn!(%key, %owner, "lock lost: not renewed for a whole lease");
+    }
+}
