@@ -261,6 +261,11 @@ impl LockConfig {
         Ok(())
     }
 
+    pub(crate) fn without_source(mut self) -> Self {
+        self.source = None;
+        self
+    }
+
     pub(crate) fn origin(&self) -> String {
         match &self.source {
             Some(path) => path.display().to_string(),

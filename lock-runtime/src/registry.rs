@@ -1,0 +1,107 @@
+//! The process-wide [`LockService`] that annotated fns use.
+//!
+//! Set it up once with [`init`] or [`init_from_file`]; or let the first annotated call load
+//! `$LOCK_CONFIG`, else `./lock.toml`.
+//!
+//! ```no_run
+//! # async fn demo() -> Result<(), lock_runtime::LockError> {
+//! lock_runtime::init_from_file("config/lock.toml").await?;
+//! let locks = lock_runtime::global().await?; // the same service, anywhere in the process
+//! # let _ = locks; Ok(()) }
+//! ```
+
+use std::path::{Path, PathBuf};
+
+use tokio::sync::OnceCell;
+
+use crate::config::LockConfig;
+use crate::error::{ErrorKind, LockError};
+use crate::service::LockService;
+
+static GLOBAL: OnceCell<LockService> = OnceCell::const_new();
+
+/// The environment variable naming the config file loaded on first use.
+pub const CONFIG_ENV: &str = "LOCK_CONFIG";
+/// The config file loaded on first use when `$LOCK_CONFIG` is not set.
+pub const DEFAULT_CONFIG_FILE: &str = "lock.toml";
+
+/// Connects the process-wide lock service with `config`.
+///
+/// Calling it again with an equal configuration returns the existing service.
+///
+/// # Errors
+/// [`ErrorKind::Config`] when a service with a different configuration is already set up (it
+/// is never replaced silently), or the errors of [`LockService::connect`].
+pub async fn init(config: LockConfig) -> Result<&'static LockService, LockError> {
+    let mut ours = false;
+    let service = GLOBAL
+        .get_or_try_init(|| {
+            ours = true;
+            LockService::connect(config.clone())
+        })
+        .await?;
+    if !ours && !same_settings(service.config(), &config) {
+        return Err(LockError::config(format!(
+            "the global lock service is already set up from {} with a different configuration; \
+             it is never replaced (init it once, at start-up)",
+            service.config().origin()
+        )));
+    }
+    Ok(service)
+}
+
+/// [`init`] with a configuration file.
+///
+/// # Errors
+/// As [`LockConfig::from_file`] and [`init`].
+pub async fn init_from_file(path: impl AsRef<Path>) -> Result<&'static LockService, LockError> {
+    init(LockConfig::from_file(path)?).await
+}
+
+/// The process-wide lock service; on first use without [`init`], connects with the file named
+/// by `$LOCK_CONFIG`, or `./lock.toml`.
+///
+/// # Errors
+/// [`ErrorKind::NotInitialized`] when neither `init` was called nor a config file exists; the
+/// errors of [`LockConfig::from_file`] and [`LockService::connect`] otherwise. A failed first
+/// use does not stick: the next call tries again.
+pub async fn global() -> Result<&'static LockService, LockError> {
+    if let Some(service) = GLOBAL.get() {
+        return Ok(service);
+    }
+    GLOBAL
+        .get_or_try_init(|| async {
+            LockService::connect(LockConfig::from_file(config_path()?)?).await
+        })
+        .await
+}
+
+/// The process-wide lock service if it is set up, without loading anything.
+pub fn try_global() -> Option<&'static LockService> {
+    GLOBAL.get()
+}
+
+fn config_path() -> Result<PathBuf, LockError> {
+    if let Some(path) = std::env::var_os(CONFIG_ENV) {
+        return Ok(PathBuf::from(path));
+    }
+    let default = PathBuf::from(DEFAULT_CONFIG_FILE);
+    if default.exists() {
+        return Ok(default);
+    }
+    let cwd = std::env::current_dir()
+        .map(|d| d.display().to_string())
+        .unwrap_or_else(|_| ".".to_owned());
+    Err(LockError::new(
+        ErrorKind::NotInitialized,
+        format!(
+            "no lock service: call lock_runtime::init(..) at start-up, or set ${CONFIG_ENV} to a \
+             config file, or create ./{DEFAULT_CONFIG_FILE} (looked in {cwd})"
+        ),
+    ))
+}
+
+/// Equal apart from where the configuration was read from.
+fn same_settings(a: &LockConfig, b: &LockConfig) -> bool {
+    a.clone().without_source() == b.clone().without_source()
+}
