@@ -1,1 +1,119 @@
-//! placeholder
+//! The `#[distributed_lock]` attribute of [`lock_runtime`](https://docs.rs/lock-runtime).
+//!
+//! Depend on `lock-runtime`, not on this crate: it re-exports the attribute as
+//! `lock_runtime::distributed_lock`, and the code the attribute generates calls into it.
+//!
+//! ```ignore
+//! use lock_runtime::{distributed_lock, LockError};
+//!
+//! #[distributed_lock(key = "goods:<id>", lease = "5s", wait = "2s")]
+//! async fn decrease_stock(id: u64, qty: u32) -> Result<u32, AppError> {
+//!     // runs only while this process holds the lock "goods:<id>"
+//!     # Ok(qty)
+//! }
+//! ```
+//!
+//! See [`distributed_lock`] for the arguments, the key syntax and the generated code.
+
+mod args;
+mod duration;
+mod expand;
+mod key;
+
+use proc_macro::TokenStream;
+
+/// Runs an `async fn` only while holding the distributed lock named by its `key`.
+///
+/// ```ignore
+/// use lock_runtime::{distributed_lock, LockError};
+///
+/// #[distributed_lock(key = "goods:<id>", lease = "5s", wait = "2s")]
+/// async fn decrease_stock(id: u64, qty: u32) -> Result<u32, AppError> {
+///     let stock = load_stock(id).await?;
+///     Ok(stock - qty)
+/// }
+///
+/// // Placeholders name any binding of the parameters, including pattern parameters such as
+/// // axum extractors, and fields of them.
+/// #[distributed_lock(key = "order:<order_id>:user:<user.id>")]
+/// async fn pay(Path(order_id): Path<u64>, user: CurrentUser) -> Result<Json<Receipt>, AppError> {
+///     # todo!()
+/// }
+///
+/// impl Shop {
+///     #[distributed_lock(key = "shop:<self.id>:goods:<goods_id>", lease = "500ms")]
+///     async fn sell(&self, goods_id: u64) -> Result<(), AppError> {
+///         # todo!()
+///     }
+/// }
+/// ```
+///
+/// # Arguments
+///
+/// | argument  | value                                       | default                            |
+/// |-----------|---------------------------------------------|------------------------------------|
+/// | `key`     | key template, see below (required)          | -                                  |
+/// | `lease`   | duration: the lock expires after it         | none: the watchdog renews the lock |
+/// | `wait`    | duration, or `"forever"`                    | the config's `default_wait`        |
+/// | `on_lost` | `"fail"` or `"continue"`                    | `"fail"`                           |
+/// | `crate`   | path of the runtime crate, e.g. `"::deps::lock_runtime"` | `"::lock_runtime"`    |
+///
+/// Every value is a string literal. Durations are a whole number and a unit, no spaces: `ms`,
+/// `s`, `m` or `h` (`"500ms"`, `"5s"`, `"2m"`, `"1h"`). Redis expires keys in milliseconds, so
+/// there is no smaller unit. A zero duration, an unknown unit and a value above `u64::MAX`
+/// milliseconds are compile errors.
+///
+/// - `wait`: how long the call waits for the lock. When it runs out the body does not run and
+///   the fn returns `Err(E::from(timeout error))`.
+/// - `on_lost`: what happens when the lock is lost while the body runs (the watchdog found it
+///   gone, or a fixed `lease` ran out). `"fail"` stops the body and returns
+///   `Err(E::from(lost error))`; `"continue"` lets the body finish and logs a warning.
+/// - `crate`: for crates that reach the runtime under another path (re-exports, renamed
+///   dependencies).
+///
+/// # Key
+///
+/// Literal text plus placeholders: `<name>` or `<name.field.field>` (tuple fields as numbers,
+/// `<pair.0>`). `name` is `self` or any name bound by the fn's parameters, also inside
+/// patterns (`Path(order_id): Path<u64>`, `(a, b): (u8, u8)`, `Point { x, .. }: Point`).
+/// Values are formatted with `Display`; a value that is not `Display` is a compile error at the
+/// placeholder. `<<` is a literal `<`; `{` and `}` are plain text, so a Redis cluster hash tag
+/// such as `"{order}:<id>"` is kept. The key is built before the body runs, from borrows of
+/// the arguments.
+///
+/// # Requirements
+///
+/// - An `async fn` with a body: a free fn, a method with any receiver, generic, with
+///   `impl Trait` or pattern parameters.
+/// - Its return type is `Result<T, E>` where `E: From<lock_runtime::LockError>`: acquisition
+///   errors (timeout, lost lock, backend errors) are returned through `E`. A one-argument alias
+///   such as `anyhow::Result<T>` or `io::Result<T>` is accepted; the `From` bound is then
+///   checked on the type the alias names.
+///
+/// Each mistake is one compile error pointing at the offending token; the fn is then left as
+/// it was, so nothing else is reported.
+///
+/// # Generated code
+///
+/// The signature, attributes, docs, visibility, generics and receiver are kept; the body
+/// becomes
+///
+/// ```ignore
+/// let __lock_key = ::std::format!("goods:{}", ::lock_runtime::__private::key_part(&id));
+/// let __lock_spec = ::lock_runtime::__private::LockSpec { key: __lock_key, .. };
+/// ::lock_runtime::__private::run_locked(__lock_spec, async move { /* body */ }).await
+/// ```
+///
+/// `run_locked` acquires the lock through the global registry, runs the body inside the lock
+/// owner's task-local scope (so a nested annotated call on the same key re-enters) and releases
+/// the lock after it, also on `?` early returns; a panic or a cancelled call releases in the
+/// background. `?` and `return` in the body behave as before. The fn's future is `Send` when
+/// it was `Send` without the attribute.
+///
+/// Set `LOCK_MACROS_DEBUG=1` (or `LOCK_MACROS_DEBUG=<fn name>`) while compiling to print the
+/// expansion to stderr. Cargo does not rebuild when only that variable changes: touch the file
+/// or run `cargo clean -p <your crate>` first.
+#[proc_macro_attribute]
+pub fn distributed_lock(args: TokenStream, item: TokenStream) -> TokenStream {
+    expand::distributed_lock(args.into(), item.into()).into()
+}

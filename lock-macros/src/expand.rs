@@ -1,0 +1,313 @@
+//! The rewrite of an annotated `async fn`.
+
+use proc_macro2::{Literal, Span, TokenStream};
+use quote::{quote, quote_spanned};
+use syn::spanned::Spanned;
+use syn::visit::Visit;
+use syn::{Error, GenericArgument, ItemFn, PathArguments, ReturnType, Type};
+
+use crate::args::{LockArgs, OnLostArg};
+use crate::duration::WaitArg;
+use crate::key::{Bindings, KeyTemplate, respan};
+
+/// The one message for every return type the attribute cannot work with.
+const RETURN_TYPE_MESSAGE: &str =
+    "#[distributed_lock] fns must return Result<T, E> where E: From<lock_runtime::LockError>";
+
+/// The environment variable that prints expansions to stderr: `1` for every annotated fn, or
+/// the name of one fn.
+const DEBUG_VAR: &str = "LOCK_MACROS_DEBUG";
+
+/// Expands `#[distributed_lock(args)] item`. On any mistake the output is the item unchanged
+/// plus the errors, so the user sees the mistake and nothing that follows from it.
+pub(crate) fn distributed_lock(args: TokenStream, item: TokenStream) -> TokenStream {
+    let function = match syn::parse2::<ItemFn>(item.clone()) {
+        Ok(function) => function,
+        Err(_) => {
+            let error = Error::new(
+                Span::call_site(),
+                "#[distributed_lock] can only be applied to an `async fn` with a body",
+            );
+            return with_error(item, error);
+        }
+    };
+    match expand(args, &function) {
+        Ok(expanded) => {
+            debug_print(&function, &expanded);
+            expanded
+        }
+        Err(error) => with_error(item, error),
+    }
+}
+
+fn with_error(item: TokenStream, error: Error) -> TokenStream {
+    let error = error.into_compile_error();
+    quote!(#item #error)
+}
+
+// Input:
+//
+//     #[distributed_lock(key = "goods:<id>", lease = "5s", wait = "2s")]
+//     pub async fn decrease_stock(id: u64, qty: u32) -> Result<u32, AppError> {
+//         body
+//     }
+//
+// Output (`krate` is `::lock_runtime` unless `crate = ".."` says otherwise):
+//
+//     pub async fn decrease_stock(id: u64, qty: u32) -> Result<u32, AppError> {
+//         krate::__private::assert_error_type::<AppError>();
+//         let __lock_key = ::std::format!("goods:{}", krate::__private::key_part(&id));
+//         let __lock_spec = krate::__private::LockSpec {
+//             key: __lock_key,
+//             lease: ::core::option::Option::Some(krate::__private::Duration::from_millis(5000u64)),
+//             wait: krate::__private::Wait::For(krate::__private::Duration::from_millis(2000u64)),
+//             on_lost: krate::__private::OnLost::Fail,
+//         };
+//         krate::__private::run_locked(__lock_spec, async move {
+//             #[allow(unreachable_code, ..)]
+//             if false {
+//                 let __lock_ret: Result<u32, AppError> = loop {};
+//                 return __lock_ret;
+//             }
+//             { body }
+//         })
+//         .await
+//     }
+//
+// The signature, attributes, visibility, generics and receiver are kept as they are. The key is
+// built before the body runs, because the body may move the values it is built from; the
+// `if false` return gives the async block the fn's return type before the body is checked, so
+// `?` and `return` in the body infer as they did in the fn. `assert_error_type` and the
+// `key_part` calls carry the spans of the error type and of the placeholders, and the compiler
+// reports each unmet bound there, once (it drops errors implied by one at the same span).
+fn expand(args: TokenStream, function: &ItemFn) -> syn::Result<TokenStream> {
+    let mut errors = Errors::default();
+    let args = errors.take(LockArgs::parse(args));
+    if function.sig.asyncness.is_none() {
+        errors.push(Error::new(
+            function.sig.fn_token.span,
+            "#[distributed_lock] can only be applied to an `async fn`; add `async` here",
+        ));
+    }
+    let result_type = errors.take(ResultType::of(&function.sig.output, &function.sig.ident));
+    let key = args
+        .as_ref()
+        .and_then(|args| errors.take(KeyTemplate::parse(&args.key, &Bindings::of(&function.sig))));
+    errors.finish()?;
+    let (Some(args), Some(result_type), Some(key)) = (args, result_type, key) else {
+        unreachable!("every missing part recorded an error");
+    };
+
+    let krate = &args.krate;
+    let private = quote!(#krate::__private);
+    let key_lit = &args.key;
+    let key_expr = key.to_expr(key_lit, krate);
+    let lease = match args.lease_millis {
+        Some(millis) => {
+            let millis = Literal::u64_suffixed(millis);
+            quote!(::core::option::Option::Some(#private::Duration::from_millis(#millis)))
+        }
+        None => quote!(::core::option::Option::None),
+    };
+    let wait = match args.wait {
+        None => quote!(#private::Wait::Default),
+        Some(WaitArg::Forever) => quote!(#private::Wait::Forever),
+        Some(WaitArg::Millis(millis)) => {
+            let millis = Literal::u64_suffixed(millis);
+            quote!(#private::Wait::For(#private::Duration::from_millis(#millis)))
+        }
+    };
+    let on_lost = match args.on_lost {
+        OnLostArg::Fail => quote!(#private::OnLost::Fail),
+        OnLostArg::Continue => quote!(#private::OnLost::Continue),
+    };
+
+    // The error type is checked at one span, and `run_locked` (whose bound `E: From<LockError>`
+    // fails at the same time) is called with that same span, so only one error is shown. An
+    // error type written out is checked with `assert_error_type`; for an alias such as
+    // `io::Result<T>` a local helper names `E` by unifying it with the return type.
+    let ret = result_type.ret;
+    let (check_span, error_check, alias_check) = match result_type.error {
+        Some(error) if contains_impl_trait(error) => (type_span(error), None, None),
+        Some(error) => {
+            let span = type_span(error);
+            let check = quote!(#private::assert_error_type::<#error>(););
+            (span, Some(respan(check, span)), None)
+        }
+        None => {
+            let span = result_type.name.span();
+            let check = quote!(__lock_error_type(&__lock_ret););
+            (span, None, Some(respan(check, span)))
+        }
+    };
+    // `impl Trait` cannot be written in a `let` type; such fns keep plain inference.
+    let return_hint = (!contains_impl_trait(ret)).then(|| {
+        let alias_helper = alias_check.is_some().then(|| {
+            quote! {
+                fn __lock_error_type<__T, __E: #private::LockErrorTarget>(
+                    _: &::core::result::Result<__T, __E>,
+                ) {
+                }
+            }
+        });
+        quote_spanned! {ret.span()=>
+            #[allow(
+                unknown_lints,
+                unreachable_code,
+                clippy::diverging_sub_expression,
+                clippy::empty_loop,
+                clippy::let_unit_value,
+                clippy::let_with_type_underscore,
+                clippy::needless_return,
+                clippy::unreachable
+            )]
+            if false {
+                #alias_helper
+                let __lock_ret: #ret = loop {};
+                #alias_check
+                return __lock_ret;
+            }
+        }
+    });
+
+    let key_var = quote::format_ident!("__lock_key", span = Span::mixed_site());
+    let spec_var = quote::format_ident!("__lock_spec", span = Span::mixed_site());
+    let ItemFn {
+        attrs,
+        vis,
+        sig,
+        block,
+    } = function;
+    let body = quote! {
+        async move {
+            #return_hint
+            #block
+        }
+    };
+    let run_locked = respan(quote!(#private::run_locked), check_span);
+    let run = quote_spanned!(check_span=> #run_locked(#spec_var, #body).await);
+    Ok(quote! {
+        #(#attrs)*
+        #vis #sig {
+            #error_check
+            let #key_var = #key_expr;
+            let #spec_var = #private::LockSpec {
+                key: #key_var,
+                lease: #lease,
+                wait: #wait,
+                on_lost: #on_lost,
+            };
+            #run
+        }
+    })
+}
+
+/// The parts of a `Result<T, E>` return type the expansion needs.
+struct ResultType<'a> {
+    ret: &'a Type,
+    /// The `Result` of the path.
+    name: &'a syn::Ident,
+    /// `E` when written out; `None` for a one-argument alias such as `io::Result<T>`.
+    error: Option<&'a Type>,
+}
+
+impl<'a> ResultType<'a> {
+    fn of(output: &'a ReturnType, name: &syn::Ident) -> syn::Result<Self> {
+        let ReturnType::Type(_, ret) = output else {
+            return Err(Error::new(name.span(), RETURN_TYPE_MESSAGE));
+        };
+        let mut inner: &Type = ret;
+        while let Type::Paren(paren) = inner {
+            inner = &paren.elem;
+        }
+        let last = match inner {
+            Type::Path(path) => path.path.segments.last(),
+            _ => None,
+        };
+        let Some(last) = last.filter(|last| last.ident == "Result") else {
+            return Err(Error::new_spanned(ret, RETURN_TYPE_MESSAGE));
+        };
+        let args = match &last.arguments {
+            PathArguments::AngleBracketed(args) => Some(&args.args),
+            _ => None,
+        };
+        let types: Vec<&Type> = args
+            .into_iter()
+            .flatten()
+            .filter_map(|arg| match arg {
+                GenericArgument::Type(ty) => Some(ty),
+                _ => None,
+            })
+            .collect();
+        match types.as_slice() {
+            [_] => Ok(Self {
+                ret,
+                name: &last.ident,
+                error: None,
+            }),
+            [_, error] => Ok(Self {
+                ret,
+                name: &last.ident,
+                error: Some(error),
+            }),
+            _ => Err(Error::new_spanned(ret, RETURN_TYPE_MESSAGE)),
+        }
+    }
+}
+
+/// One token's span standing for `ty` in errors: the last segment of a path (`AppError` in
+/// `errors::AppError`), the first token otherwise. A single token, because spans of several
+/// tokens cannot be joined on stable compilers.
+fn type_span(ty: &Type) -> Span {
+    match ty {
+        Type::Path(path) => path.path.segments.last().map(|s| s.ident.span()),
+        _ => None,
+    }
+    .unwrap_or_else(|| ty.span())
+}
+
+fn contains_impl_trait(ty: &Type) -> bool {
+    struct Finder(bool);
+    impl Visit<'_> for Finder {
+        fn visit_type_impl_trait(&mut self, _: &syn::TypeImplTrait) {
+            self.0 = true;
+        }
+    }
+    let mut finder = Finder(false);
+    finder.visit_type(ty);
+    finder.0
+}
+
+/// Collects independent mistakes so each one is reported, once.
+#[derive(Default)]
+struct Errors(Option<Error>);
+
+impl Errors {
+    fn push(&mut self, error: Error) {
+        match &mut self.0 {
+            Some(errors) => errors.combine(error),
+            None => self.0 = Some(error),
+        }
+    }
+
+    fn take<T>(&mut self, result: syn::Result<T>) -> Option<T> {
+        result.map_err(|error| self.push(error)).ok()
+    }
+
+    fn finish(self) -> syn::Result<()> {
+        self.0.map_or(Ok(()), Err)
+    }
+}
+
+fn debug_print(function: &ItemFn, expanded: &TokenStream) {
+    let Ok(wanted) = std::env::var(DEBUG_VAR) else {
+        return;
+    };
+    let name = function.sig.ident.to_string();
+    if wanted == "1" || wanted == name {
+        eprintln!("#[distributed_lock] expansion of `{name}`:\n{expanded}\n");
+    }
+}
+
+#[cfg(test)]
+mod tests;

@@ -1,0 +1,216 @@
+use super::*;
+
+fn expand_str(args: TokenStream, item: TokenStream) -> String {
+    distributed_lock(args, item).to_string()
+}
+
+fn error_messages(args: TokenStream, item: TokenStream) -> Vec<String> {
+    let function: ItemFn = syn::parse2(item).unwrap();
+    let error = expand(args, &function).unwrap_err();
+    error.into_iter().map(|e| e.to_string()).collect()
+}
+
+#[test]
+fn body_runs_inside_run_locked_after_the_key_is_built() {
+    let out = expand_str(
+        quote!(key = "goods:<id>", lease = "5s", wait = "2s"),
+        quote! {
+            /// Docs stay.
+            #[inline]
+            pub(crate) async fn decrease_stock(id: u64, qty: u32) -> Result<u32, AppError> {
+                Ok(qty)
+            }
+        },
+    );
+    let expected = quote! {
+        #[doc = r" Docs stay."]
+        #[inline]
+        pub(crate) async fn decrease_stock(id: u64, qty: u32) -> Result<u32, AppError> {
+            ::lock_runtime::__private::assert_error_type::<AppError>();
+            let __lock_key = ::std::format!("goods:{}", ::lock_runtime::__private::key_part(&id));
+            let __lock_spec = ::lock_runtime::__private::LockSpec {
+                key: __lock_key,
+                lease: ::core::option::Option::Some(
+                    ::lock_runtime::__private::Duration::from_millis(5000u64)
+                ),
+                wait: ::lock_runtime::__private::Wait::For(
+                    ::lock_runtime::__private::Duration::from_millis(2000u64)
+                ),
+                on_lost: ::lock_runtime::__private::OnLost::Fail,
+            };
+            ::lock_runtime::__private::run_locked(__lock_spec, async move {
+                #[allow(
+                    unknown_lints,
+                    unreachable_code,
+                    clippy::diverging_sub_expression,
+                    clippy::empty_loop,
+                    clippy::let_unit_value,
+                    clippy::let_with_type_underscore,
+                    clippy::needless_return,
+                    clippy::unreachable
+                )]
+                if false {
+                    let __lock_ret: Result<u32, AppError> = loop {};
+                    return __lock_ret;
+                }
+                { Ok(qty) }
+            })
+            .await
+        }
+    };
+    assert_eq!(out, expected.to_string());
+}
+
+#[test]
+fn defaults_crate_path_and_aliases() {
+    let out = expand_str(
+        quote!(
+            key = "k",
+            wait = "forever",
+            on_lost = "continue",
+            crate = "my::rt"
+        ),
+        quote!(
+            async fn f(&self) -> io::Result<()> {
+                Ok(())
+            }
+        ),
+    );
+    assert!(
+        out.contains("lease : :: core :: option :: Option :: None"),
+        "{out}"
+    );
+    assert!(
+        out.contains("wait : my :: rt :: __private :: Wait :: Forever"),
+        "{out}"
+    );
+    assert!(
+        out.contains("on_lost : my :: rt :: __private :: OnLost :: Continue"),
+        "{out}"
+    );
+    assert!(
+        out.contains(":: std :: string :: String :: from (\"k\")"),
+        "{out}"
+    );
+    // No written-out error type: the bound of `run_locked` checks the alias.
+    assert!(!out.contains("assert_error_type"), "{out}");
+    let default_wait = expand_str(
+        quote!(key = "k"),
+        quote!(
+            async fn f() -> Result<(), E> {
+                x
+            }
+        ),
+    );
+    assert!(default_wait.contains("Wait :: Default"), "{default_wait}");
+}
+
+#[test]
+fn impl_trait_in_the_return_type_skips_the_typed_binding() {
+    let out = expand_str(
+        quote!(key = "k"),
+        quote!(
+            async fn f() -> Result<impl Display, E> {
+                Ok(1)
+            }
+        ),
+    );
+    assert!(!out.contains("__lock_ret"), "{out}");
+    assert!(out.contains("assert_error_type :: < E >"), "{out}");
+}
+
+#[test]
+fn return_types_other_than_result_are_one_error() {
+    for item in [
+        quote!(
+            async fn f() {}
+        ),
+        quote!(
+            async fn f() -> u32 {
+                1
+            }
+        ),
+        quote!(
+            async fn f() -> Option<u32> {
+                None
+            }
+        ),
+        quote!(
+            async fn f() -> Result {
+                x
+            }
+        ),
+        quote!(
+            async fn f() -> Result<A, B, C> {
+                x
+            }
+        ),
+        quote!(
+            async fn f() -> (Result<A, B>, u8) {
+                x
+            }
+        ),
+    ] {
+        assert_eq!(
+            error_messages(quote!(key = "k"), item),
+            [RETURN_TYPE_MESSAGE]
+        );
+    }
+    let parenthesized = quote!(
+        async fn f() -> (Result<u8, E>) {
+            Ok(1)
+        }
+    );
+    assert!(expand(quote!(key = "k"), &syn::parse2(parenthesized).unwrap()).is_ok());
+}
+
+#[test]
+fn independent_mistakes_are_each_reported_once() {
+    assert_eq!(
+        error_messages(
+            quote!(key = "k"),
+            quote!(
+                fn f() -> Result<(), E> {
+                    Ok(())
+                }
+            )
+        ),
+        ["#[distributed_lock] can only be applied to an `async fn`; add `async` here"]
+    );
+    let messages = error_messages(
+        quote!(key = "<nope>", bogus = "1"),
+        quote!(
+            fn f() {}
+        ),
+    );
+    assert_eq!(messages.len(), 3, "{messages:?}");
+    assert!(messages[0].starts_with("unknown argument `bogus`"));
+    let messages = error_messages(
+        quote!(key = "<nope>"),
+        quote!(
+            async fn f() -> Result<(), E> {}
+        ),
+    );
+    assert_eq!(messages.len(), 1, "{messages:?}");
+    assert!(messages[0].starts_with("unknown placeholder `<nope>`"));
+}
+
+#[test]
+fn errors_keep_the_item() {
+    let item = quote!(
+        async fn f() -> u32 {
+            1
+        }
+    );
+    let out = expand_str(quote!(key = "k"), item.clone());
+    assert!(out.starts_with(&item.to_string()), "{out}");
+    assert!(out.contains("compile_error"), "{out}");
+    let not_a_fn = expand_str(
+        quote!(key = "k"),
+        quote!(
+            struct S;
+        ),
+    );
+    assert!(not_a_fn.starts_with("struct S ;"), "{not_a_fn}");
+    assert!(not_a_fn.contains("can only be applied to an `async fn` with a body"));
+}

@@ -1,0 +1,297 @@
+//! The key template: `"goods:<id>"` -> literal text and `<name.field>` placeholders, checked
+//! against the names the fn's parameters bind, then turned into a `format!` call.
+
+use std::ops::Range;
+
+use proc_macro2::{Group, Span, TokenStream, TokenTree};
+use quote::quote;
+use syn::ext::IdentExt;
+use syn::parse::Parser;
+use syn::{Error, FnArg, Ident, LitStr, Member, Pat, Signature};
+
+/// A parsed key template.
+pub(crate) struct KeyTemplate {
+    segments: Vec<Segment>,
+}
+
+enum Segment {
+    /// Text copied into the key as it is.
+    Text(String),
+    Placeholder(Placeholder),
+}
+
+/// `<root.field.field>`: a binding of the fn's parameters (or `self`) and a field path.
+struct Placeholder {
+    /// What is between `<` and `>`, for messages.
+    path: String,
+    root: Ident,
+    fields: Vec<Member>,
+    /// Byte range of `<..>` in the key's value, for error spans.
+    range: Range<usize>,
+}
+
+/// A template error before it is given a span: the message and where in the key it is.
+struct TemplateError {
+    message: String,
+    range: Range<usize>,
+}
+
+/// The names a fn's parameters bind, walking patterns such as `Path((a, b)): Path<(u64, u64)>`.
+#[derive(Debug, Default)]
+pub(crate) struct Bindings {
+    names: Vec<String>,
+    has_self: bool,
+}
+
+impl Bindings {
+    /// Collects the bindings of every parameter of `sig`, including the receiver.
+    pub(crate) fn of(sig: &Signature) -> Self {
+        let mut bindings = Self::default();
+        for input in &sig.inputs {
+            match input {
+                FnArg::Receiver(_) => bindings.has_self = true,
+                FnArg::Typed(typed) => collect_pattern(&typed.pat, &mut bindings.names),
+            }
+        }
+        bindings
+    }
+}
+
+fn collect_pattern(pat: &Pat, names: &mut Vec<String>) {
+    match pat {
+        Pat::Ident(ident) => {
+            names.push(ident.ident.unraw().to_string());
+            if let Some((_, sub)) = &ident.subpat {
+                collect_pattern(sub, names);
+            }
+        }
+        // Every case of an or-pattern binds the same names.
+        Pat::Or(or) => or
+            .cases
+            .iter()
+            .take(1)
+            .for_each(|p| collect_pattern(p, names)),
+        Pat::Paren(paren) => collect_pattern(&paren.pat, names),
+        Pat::Reference(reference) => collect_pattern(&reference.pat, names),
+        Pat::Type(typed) => collect_pattern(&typed.pat, names),
+        Pat::Slice(slice) => slice.elems.iter().for_each(|p| collect_pattern(p, names)),
+        Pat::Tuple(tuple) => tuple.elems.iter().for_each(|p| collect_pattern(p, names)),
+        Pat::TupleStruct(tuple) => tuple.elems.iter().for_each(|p| collect_pattern(p, names)),
+        Pat::Struct(strukt) => strukt
+            .fields
+            .iter()
+            .for_each(|field| collect_pattern(&field.pat, names)),
+        _ => {}
+    }
+}
+
+impl KeyTemplate {
+    /// Parses `lit` and checks every placeholder against `bindings`; errors point at the literal
+    /// (at the offending placeholder where the compiler supports sub-spans).
+    pub(crate) fn parse(lit: &LitStr, bindings: &Bindings) -> syn::Result<Self> {
+        let to_error = |error: TemplateError| Error::new(subspan(lit, error.range), error.message);
+        let segments = parse_segments(&lit.value()).map_err(to_error)?;
+        for segment in &segments {
+            if let Segment::Placeholder(placeholder) = segment {
+                check_binding(placeholder, bindings).map_err(to_error)?;
+            }
+        }
+        Ok(Self { segments })
+    }
+
+    /// The expression that builds the key `String`, e.g.
+    /// `::std::format!("goods:{}", ::lock_runtime::__private::key_part(&id))`. Each `key_part`
+    /// call carries the span of its placeholder so a value that is not `Display` is reported
+    /// there, once.
+    pub(crate) fn to_expr(&self, lit: &LitStr, krate: &syn::Path) -> TokenStream {
+        let mut format = String::new();
+        let mut values = Vec::new();
+        for segment in &self.segments {
+            match segment {
+                Segment::Text(text) => format.push_str(&text.replace('{', "{{").replace('}', "}}")),
+                Segment::Placeholder(placeholder) => {
+                    format.push_str("{}");
+                    let span = subspan(lit, placeholder.range.clone());
+                    let root = &placeholder.root;
+                    let fields = &placeholder.fields;
+                    values.push(respan(
+                        quote!(::std::string::ToString::to_string(
+                            #krate::__private::key_part(&#root #(.#fields)*)
+                        )),
+                        span,
+                    ));
+                }
+            }
+        }
+        if values.is_empty() {
+            let text = LitStr::new(&self.text(), lit.span());
+            return quote!(::std::string::String::from(#text));
+        }
+        let format = LitStr::new(&format, lit.span());
+        quote!(::std::format!(#format, #(#values),*))
+    }
+
+    /// The literal text of a template without placeholders.
+    fn text(&self) -> String {
+        self.segments
+            .iter()
+            .map(|segment| match segment {
+                Segment::Text(text) => text.as_str(),
+                Segment::Placeholder(_) => "",
+            })
+            .collect()
+    }
+}
+
+fn parse_segments(key: &str) -> Result<Vec<Segment>, TemplateError> {
+    if key.is_empty() {
+        return Err(TemplateError {
+            message: "`key` must not be empty; write the lock's name, e.g. \"order:<id>\"".into(),
+            range: 0..0,
+        });
+    }
+    let mut segments = Vec::new();
+    let mut text = String::new();
+    let mut rest = key;
+    let mut offset = 0;
+    while let Some(open) = rest.find('<') {
+        text.push_str(&rest[..open]);
+        let after = &rest[open + 1..];
+        if after.starts_with('<') {
+            // `<<` is a literal `<`.
+            text.push('<');
+            rest = &after[1..];
+            offset += open + 2;
+            continue;
+        }
+        let start = offset + open;
+        let Some(close) = after.find('>') else {
+            return Err(TemplateError {
+                message: "unclosed placeholder: `<` without a matching `>` \
+                          (write `<<` for a literal `<`)"
+                    .into(),
+                range: start..key.len(),
+            });
+        };
+        let range = start..start + close + 2;
+        let placeholder = parse_placeholder(&after[..close], range)?;
+        if !text.is_empty() {
+            segments.push(Segment::Text(std::mem::take(&mut text)));
+        }
+        segments.push(Segment::Placeholder(placeholder));
+        rest = &after[close + 1..];
+        offset = start + close + 2;
+    }
+    text.push_str(rest);
+    if !text.is_empty() {
+        segments.push(Segment::Text(text));
+    }
+    Ok(segments)
+}
+
+fn parse_placeholder(inner: &str, range: Range<usize>) -> Result<Placeholder, TemplateError> {
+    let invalid = |message: String| TemplateError {
+        message,
+        range: range.clone(),
+    };
+    if inner.is_empty() {
+        return Err(invalid(
+            "empty placeholder `<>`: name a parameter, e.g. `<id>` or `<user.id>`".into(),
+        ));
+    }
+    let bad_path = || {
+        invalid(format!(
+            "invalid placeholder `<{inner}>`: expected a parameter name or a field path \
+             such as `<id>`, `<user.id>` or `<pair.0>`"
+        ))
+    };
+    // Only identifier characters and dots: no spaces or comments around the names.
+    let allowed = |c: char| c.is_alphanumeric() || matches!(c, '_' | '.' | '#');
+    if !inner.chars().all(allowed) {
+        return Err(bad_path());
+    }
+    let mut parts = inner.split('.');
+    let root = parts
+        .next()
+        .and_then(|root| Ident::parse_any.parse_str(root).ok())
+        .ok_or_else(bad_path)?;
+    let fields = parts
+        .map(|field| syn::parse_str::<Member>(field).map_err(|_| bad_path()))
+        .collect::<Result<_, _>>()?;
+    Ok(Placeholder {
+        path: inner.to_owned(),
+        root,
+        fields,
+        range,
+    })
+}
+
+fn check_binding(placeholder: &Placeholder, bindings: &Bindings) -> Result<(), TemplateError> {
+    let root = placeholder.root.unraw().to_string();
+    let known = if root == "self" {
+        bindings.has_self
+    } else {
+        bindings.names.contains(&root)
+    };
+    if known {
+        return Ok(());
+    }
+    let mut available: Vec<String> = bindings.names.iter().map(|n| format!("`{n}`")).collect();
+    if bindings.has_self {
+        available.insert(0, "`self`".into());
+    }
+    let available = if available.is_empty() {
+        "this fn has no parameters".to_owned()
+    } else {
+        format!("available: {}", available.join(", "))
+    };
+    let what = if root == "self" {
+        "`self` is not a parameter of this fn".to_owned()
+    } else {
+        format!("no parameter of this fn binds `{root}`")
+    };
+    Err(TemplateError {
+        message: format!(
+            "unknown placeholder `<{}>`: {what} ({available})",
+            placeholder.path
+        ),
+        range: placeholder.range.clone(),
+    })
+}
+
+/// The span of `range` (byte offsets into the literal's value) inside `lit`, when the compiler
+/// can give sub-spans and the literal has no escapes; the whole literal otherwise.
+fn subspan(lit: &LitStr, range: Range<usize>) -> Span {
+    let token = lit.token();
+    let source = token.to_string();
+    let Some(quote) = source.find('"') else {
+        return lit.span();
+    };
+    if source.contains('\\') || range.is_empty() {
+        return lit.span();
+    }
+    let start = quote + 1 + range.start;
+    token
+        .subspan(start..start + range.len())
+        .unwrap_or_else(|| lit.span())
+}
+
+/// `tokens` with every span set to `span`, so an expression built from them has that span.
+pub(crate) fn respan(tokens: TokenStream, span: Span) -> TokenStream {
+    tokens
+        .into_iter()
+        .map(|mut token| {
+            if let TokenTree::Group(group) = &token {
+                let mut inner = Group::new(group.delimiter(), respan(group.stream(), span));
+                inner.set_span(span);
+                token = TokenTree::Group(inner);
+            } else {
+                token.set_span(span);
+            }
+            token
+        })
+        .collect()
+}
+
+#[cfg(test)]
+mod tests;
