@@ -55,17 +55,20 @@ fn with_error(item: TokenStream, error: Error) -> TokenStream {
 // Output (`krate` is `::lock_runtime` unless `crate = ".."` says otherwise):
 //
 //     pub async fn decrease_stock(id: u64, qty: u32) -> Result<u32, AppError> {
-//         krate::__private::assert_error_type::<AppError>();
-//         let __lock_key = ::std::format!("goods:{}", krate::__private::key_part(&id));
+//         krate::__private::assert_error_type::<AppError>();             // span: `AppError`
+//         let __lock_key = ::std::format!(
+//             "goods:{}",
+//             ::std::string::ToString::to_string(krate::__private::key_part(&id)), // span: key
+//         );
 //         let __lock_spec = krate::__private::LockSpec {
 //             key: __lock_key,
 //             lease: ::core::option::Option::Some(krate::__private::Duration::from_millis(5000u64)),
 //             wait: krate::__private::Wait::For(krate::__private::Duration::from_millis(2000u64)),
 //             on_lost: krate::__private::OnLost::Fail,
 //         };
-//         krate::__private::run_locked(__lock_spec, async move {
+//         krate::__private::run_locked(__lock_spec, async move {        // span: `AppError`
 //             #[allow(unreachable_code, ..)]
-//             if false {
+//             if false {                                                 // span: return type
 //                 let __lock_ret: Result<u32, AppError> = loop {};
 //                 return __lock_ret;
 //             }
@@ -75,11 +78,21 @@ fn with_error(item: TokenStream, error: Error) -> TokenStream {
 //     }
 //
 // The signature, attributes, visibility, generics and receiver are kept as they are. The key is
-// built before the body runs, because the body may move the values it is built from; the
-// `if false` return gives the async block the fn's return type before the body is checked, so
-// `?` and `return` in the body infer as they did in the fn. `assert_error_type` and the
-// `key_part` calls carry the spans of the error type and of the placeholders, and the compiler
-// reports each unmet bound there, once (it drops errors implied by one at the same span).
+// built before the body runs, because the body may move the values it is built from, and only
+// the finished `String` is kept across the await. The `if false` return gives the async block
+// the fn's return type before the body is checked, so `?` and `return` in the body infer as
+// they did in the fn; it is left out when the return type contains `impl Trait`, which a `let`
+// cannot name.
+//
+// One mistake, one error: the compiler drops an unmet bound that another unmet bound at the
+// same span implies. So `run_locked` (bound `E: From<LockError>`) carries the span of
+// `assert_error_type` (bound `E: LockErrorTarget`, which implies it), and each placeholder's
+// `to_string` (bound `T: Display`) the span of its `key_part` (bound `T: KeyPart`). `format!`
+// gets finished strings because its own `Display` bound would be reported separately.
+//
+// With a one-argument alias such as `io::Result<T>` there is no `E` to name; the `if false`
+// block then also calls a local `fn __lock_error_type<T, E: LockErrorTarget>(_: &Result<T, E>)`
+// with `&__lock_ret`, at the span of `Result`, which is also the span of `run_locked`.
 fn expand(args: TokenStream, function: &ItemFn) -> syn::Result<TokenStream> {
     let mut errors = Errors::default();
     let args = errors.take(LockArgs::parse(args));

@@ -86,9 +86,11 @@ use proc_macro::TokenStream;
 /// - An `async fn` with a body: a free fn, a method with any receiver, generic, with
 ///   `impl Trait` or pattern parameters.
 /// - Its return type is `Result<T, E>` where `E: From<lock_runtime::LockError>`: acquisition
-///   errors (timeout, lost lock, backend errors) are returned through `E`. A one-argument alias
-///   such as `anyhow::Result<T>` or `io::Result<T>` is accepted; the `From` bound is then
-///   checked on the type the alias names.
+///   errors (timeout, lost lock, backend errors) are returned through `E`. The return type is
+///   recognised by its last path segment, so `std::result::Result<T, E>` works, and so does a
+///   one-argument alias named `Result` such as `anyhow::Result<T>` or `io::Result<T>` (the
+///   `From` bound is then checked on the error type the alias names). Aliases under other
+///   names are not recognised.
 ///
 /// Each mistake is one compile error pointing at the offending token; the fn is then left as
 /// it was, so nothing else is reported.
@@ -96,12 +98,12 @@ use proc_macro::TokenStream;
 /// # Generated code
 ///
 /// The signature, attributes, docs, visibility, generics and receiver are kept; the body
-/// becomes
+/// becomes (with `__private` standing for `::lock_runtime::__private`)
 ///
 /// ```ignore
-/// let __lock_key = ::std::format!("goods:{}", ::lock_runtime::__private::key_part(&id));
-/// let __lock_spec = ::lock_runtime::__private::LockSpec { key: __lock_key, .. };
-/// ::lock_runtime::__private::run_locked(__lock_spec, async move { /* body */ }).await
+/// let __lock_key = ::std::format!("goods:{}", ToString::to_string(__private::key_part(&id)));
+/// let __lock_spec = __private::LockSpec { key: __lock_key, .. };
+/// __private::run_locked(__lock_spec, async move { /* body */ }).await
 /// ```
 ///
 /// `run_locked` acquires the lock through the global registry, runs the body inside the lock

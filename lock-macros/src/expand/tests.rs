@@ -27,7 +27,10 @@ fn body_runs_inside_run_locked_after_the_key_is_built() {
         #[inline]
         pub(crate) async fn decrease_stock(id: u64, qty: u32) -> Result<u32, AppError> {
             ::lock_runtime::__private::assert_error_type::<AppError>();
-            let __lock_key = ::std::format!("goods:{}", ::lock_runtime::__private::key_part(&id));
+            let __lock_key = ::std::format!(
+                "goods:{}",
+                ::std::string::ToString::to_string(::lock_runtime::__private::key_part(&id))
+            );
             let __lock_spec = ::lock_runtime::__private::LockSpec {
                 key: __lock_key,
                 lease: ::core::option::Option::Some(

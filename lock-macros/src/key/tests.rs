@@ -93,7 +93,7 @@ fn generated_expression_formats_each_placeholder_with_key_part() {
         expr("goods:<id>", quote!(fn f(id: u64))),
         quote!(::std::format!(
             "goods:{}",
-            ::lock_runtime::__private::key_part(&id)
+            ::std::string::ToString::to_string(::lock_runtime::__private::key_part(&id))
         ))
         .to_string()
     );
@@ -101,7 +101,7 @@ fn generated_expression_formats_each_placeholder_with_key_part() {
         expr("{tag}:<self.id>", quote!(fn f(&self))),
         quote!(::std::format!(
             "{{tag}}:{}",
-            ::lock_runtime::__private::key_part(&self.id)
+            ::std::string::ToString::to_string(::lock_runtime::__private::key_part(&self.id))
         ))
         .to_string()
     );
