@@ -1,0 +1,114 @@
+//! Real `redis-server` / `redis-sentinel` topologies for integration tests.
+//!
+//! [`Topology::start`] launches the processes of a [`Spec`] on free loopback ports, each in its
+//! own directory under one temporary directory, and returns once the topology is ready (replicas
+//! linked, sentinels agreeing, cluster slots all ok). Dropping the [`Topology`] SIGKILLs and
+//! reaps every process and removes the directory. Children also get `PR_SET_PDEATHSIG(SIGKILL)`,
+//! so they die with the test process even when it aborts or is killed.
+//!
+//! Tests that only read and write their own keys share one topology per [`Kind`] and test binary
+//! through [`shared`], with [`unique_key`] keeping their keys apart. Tests that kill, restart or
+//! fail over nodes start a topology of their own.
+//!
+//! ```no_run
+//! use lock_tests::harness::{Spec, Topology};
+//!
+//! # async fn demo() {
+//! let topo = Topology::start(Spec::Single).await;
+//! let mut con = topo.conn(topo.ports()[0]);
+//! let _: () = redis::cmd("SET").arg("k").arg("v").query(&mut con).unwrap();
+//! topo.kill(topo.ports()[0]);
+//! topo.restart(topo.ports()[0]).await;
+//! # }
+//! ```
+//!
+//! Environment:
+//!
+//! | variable | effect |
+//! |---|---|
+//! | `REDIS_SERVER_BIN`, `REDIS_SENTINEL_BIN`, `REDIS_CLI_BIN` | binaries to run (default: found on `PATH`; sentinels fall back to `redis-server --sentinel`) |
+//! | `HARNESS_PORT_BASE` | take ports from a per-process window above this port instead of from the OS |
+//! | `HARNESS_READY_TIMEOUT_SECS` | readiness deadline (default 20 s) |
+
+mod cluster;
+mod node;
+mod ports;
+mod process;
+mod replication;
+mod roles;
+mod sentinel;
+mod shared;
+mod topology;
+mod util;
+
+pub use shared::{Kind, shared, unique_key};
+pub use topology::Topology;
+
+/// The processes a [`Topology`] runs.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum Spec {
+    /// One `redis-server`.
+    Single,
+    /// A master and `replicas` replicas, linked by `REPLICAOF`; nothing fails over.
+    MasterReplicas {
+        /// Number of replicas of the master.
+        replicas: usize,
+    },
+    /// A master, `replicas` replicas and `sentinels` sentinels monitoring the master as
+    /// `mymaster` with quorum `sentinels / 2 + 1` and `failover-timeout 5000`.
+    Sentinel {
+        /// Number of replicas of the master.
+        replicas: usize,
+        /// Number of sentinels.
+        sentinels: usize,
+        /// `down-after-milliseconds`; below 2000 spurious failovers happen on a loaded 2-core
+        /// machine.
+        down_after_ms: u64,
+    },
+    /// A Redis Cluster of `masters` masters (at least 3), each with `replicas_per_master`
+    /// replicas.
+    Cluster {
+        /// Number of masters; the slots are split evenly between them.
+        masters: usize,
+        /// Number of replicas of each master.
+        replicas_per_master: usize,
+        /// `cluster-node-timeout`; a killed master is replaced after about 1.5 times this.
+        node_timeout_ms: u64,
+    },
+}
+
+impl Spec {
+    /// A master with 2 replicas.
+    pub const fn master_replicas() -> Spec {
+        Spec::MasterReplicas { replicas: 2 }
+    }
+
+    /// 1 master, 2 replicas, 3 sentinels, `down-after-milliseconds 2000` (the value that does
+    /// not fail over spuriously on CI machines).
+    pub const fn sentinel() -> Spec {
+        Spec::Sentinel {
+            replicas: 2,
+            sentinels: 3,
+            down_after_ms: 2000,
+        }
+    }
+
+    /// 3 masters with 1 replica each, `cluster-node-timeout 2000`.
+    pub const fn cluster() -> Spec {
+        Spec::Cluster {
+            masters: 3,
+            replicas_per_master: 1,
+            node_timeout_ms: 2000,
+        }
+    }
+
+    /// The kind of topology this spec describes.
+    pub const fn kind(&self) -> Kind {
+        match self {
+            Spec::Single => Kind::Single,
+            Spec::MasterReplicas { .. } => Kind::MasterReplicas,
+            Spec::Sentinel { .. } => Kind::Sentinel,
+            Spec::Cluster { .. } => Kind::Cluster,
+        }
+    }
+}

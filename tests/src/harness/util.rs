@@ -1,0 +1,120 @@
+//! Small blocking helpers shared by the topology modules: raw connections, `INFO` parsing and
+//! deadline-bounded polling.
+
+use std::collections::HashMap;
+use std::env;
+use std::thread;
+use std::time::{Duration, Instant};
+
+/// How often readiness conditions are polled.
+const POLL_INTERVAL: Duration = Duration::from_millis(5);
+
+/// Default deadline for a topology (or a restarted node) to become ready.
+const DEFAULT_READY_TIMEOUT: Duration = Duration::from_secs(20);
+
+/// The readiness deadline; `HARNESS_READY_TIMEOUT_SECS` overrides the default of 20 s.
+pub(crate) fn ready_timeout() -> Duration {
+    env::var("HARNESS_READY_TIMEOUT_SECS")
+        .ok()
+        .and_then(|v| v.trim().parse::<u64>().ok())
+        .map_or(DEFAULT_READY_TIMEOUT, Duration::from_secs)
+}
+
+/// `redis://127.0.0.1:PORT` for a loopback port.
+pub(crate) fn url(port: u16) -> String {
+    format!("redis://127.0.0.1:{port}")
+}
+
+/// Opens a blocking connection with short connect, read and write timeouts, so that a dead or
+/// stopped node makes a poll fail fast instead of hanging.
+pub(crate) fn connect(port: u16) -> redis::RedisResult<redis::Connection> {
+    let client = redis::Client::open(url(port))?;
+    let con = client.get_connection_with_timeout(Duration::from_millis(500))?;
+    con.set_read_timeout(Some(Duration::from_secs(2)))?;
+    con.set_write_timeout(Some(Duration::from_secs(2)))?;
+    Ok(con)
+}
+
+/// Runs one command on a fresh connection to `port`.
+pub(crate) fn query<T: redis::FromRedisValue>(
+    port: u16,
+    cmd: &redis::Cmd,
+) -> redis::RedisResult<T> {
+    let mut con = connect(port)?;
+    cmd.query(&mut con)
+}
+
+/// `true` when the node answers `PING` with `PONG`.
+pub(crate) fn ping(port: u16) -> bool {
+    query::<String>(port, &redis::cmd("PING")).is_ok_and(|r| r == "PONG")
+}
+
+/// Parses `INFO` / `CLUSTER INFO` text into `field -> value`.
+pub(crate) fn parse_info(text: &str) -> HashMap<String, String> {
+    text.lines()
+        .filter(|l| !l.starts_with('#'))
+        .filter_map(|l| l.split_once(':'))
+        .map(|(k, v)| (k.trim().to_owned(), v.trim().to_owned()))
+        .collect()
+}
+
+/// `INFO <section>` of a node, parsed; `None` if the node does not answer.
+pub(crate) fn info(port: u16, section: &str) -> Option<HashMap<String, String>> {
+    query::<String>(port, redis::cmd("INFO").arg(section))
+        .ok()
+        .map(|t| parse_info(&t))
+}
+
+/// `CLUSTER INFO` of a node, parsed; `None` if the node does not answer.
+pub(crate) fn cluster_info(port: u16) -> Option<HashMap<String, String>> {
+    query::<String>(port, redis::cmd("CLUSTER").arg("INFO"))
+        .ok()
+        .map(|t| parse_info(&t))
+}
+
+/// The `role` field of `INFO replication` (`master` / `slave`).
+pub(crate) fn role(port: u16) -> Option<String> {
+    info(port, "replication").and_then(|mut i| i.remove("role"))
+}
+
+/// `true` when the node is a replica whose link to its master is up.
+pub(crate) fn replica_linked(port: u16) -> bool {
+    info(port, "replication").is_some_and(|i| {
+        i.get("role").map(String::as_str) == Some("slave")
+            && i.get("master_link_status").map(String::as_str) == Some("up")
+    })
+}
+
+/// Polls `probe` every few milliseconds until it yields a value or `timeout` passes.
+///
+/// # Errors
+///
+/// Returns how long it waited when the deadline passed first.
+pub(crate) fn poll_until<T>(
+    timeout: Duration,
+    mut probe: impl FnMut() -> Option<T>,
+) -> Result<T, Duration> {
+    let start = Instant::now();
+    loop {
+        if let Some(v) = probe() {
+            return Ok(v);
+        }
+        if start.elapsed() >= timeout {
+            return Err(start.elapsed());
+        }
+        thread::sleep(POLL_INTERVAL);
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::parse_info;
+
+    #[test]
+    fn parses_info_text() {
+        let info = parse_info("# Replication\r\nrole:slave\r\nmaster_link_status:up\r\n\r\n");
+        assert_eq!(info["role"], "slave");
+        assert_eq!(info["master_link_status"], "up");
+        assert_eq!(info.len(), 2);
+    }
+}

@@ -1,0 +1,372 @@
+//! Tests of the harness itself: every topology starts, answers, survives kill/restart where it
+//! should, and leaves no process or port behind.
+
+use std::collections::HashSet;
+use std::env;
+use std::net::{Ipv4Addr, TcpListener};
+use std::process::{Command, Stdio};
+use std::thread;
+use std::time::{Duration, Instant};
+
+use lock_tests::harness::{Kind, Spec, Topology, shared, unique_key};
+use redis::Commands;
+
+const DEADLINE: Duration = Duration::from_secs(20);
+
+/// Env var that turns `child_process_helper` into a real test body (see the leak tests).
+const CHILD_MODE: &str = "HARNESS_TEST_CHILD_MODE";
+
+fn port_free(port: u16) -> bool {
+    TcpListener::bind((Ipv4Addr::LOCALHOST, port)).is_ok()
+}
+
+/// `true` once the process is gone or a zombie nobody reaped yet (it holds no sockets then).
+fn process_dead(pid: u32) -> bool {
+    match std::fs::read_to_string(format!("/proc/{pid}/stat")) {
+        Err(_) => true,
+        Ok(stat) => stat
+            .rsplit_once(')')
+            .is_some_and(|(_, rest)| rest.trim_start().starts_with(['Z', 'X'])),
+    }
+}
+
+fn wait_for(what: &str, mut cond: impl FnMut() -> bool) {
+    let start = Instant::now();
+    while !cond() {
+        assert!(
+            start.elapsed() < DEADLINE,
+            "{what}: not within {DEADLINE:?}"
+        );
+        thread::sleep(Duration::from_millis(10));
+    }
+}
+
+#[test]
+fn unique_keys_never_repeat() {
+    let keys: HashSet<String> = (0..1000).map(|_| unique_key("t")).collect();
+    assert_eq!(keys.len(), 1000);
+    assert!(
+        keys.iter()
+            .all(|k| k.starts_with("t:") && !k.contains(['{', '}']))
+    );
+}
+
+#[tokio::test]
+async fn single_answers_set_and_get() {
+    let started = Instant::now();
+    let topo = shared(Kind::Single).await;
+    eprintln!("single ready in {:?}", started.elapsed());
+    assert_eq!(topo.ports().len(), 1);
+    assert_eq!(topo.url(), topo.master_url());
+    assert!(topo.sentinel_urls().is_empty() && topo.replica_urls().is_empty());
+
+    let key = unique_key("harness:single");
+    let mut con = topo.conn(topo.master_port());
+    let _: () = con.set(&key, "v1").unwrap();
+    let got: String = con.get(&key).unwrap();
+    assert_eq!(got, "v1");
+}
+
+#[tokio::test]
+async fn master_replicas_replicate_a_write() {
+    let started = Instant::now();
+    let topo = Topology::start(Spec::master_replicas()).await;
+    eprintln!("master + 2 replicas ready in {:?}", started.elapsed());
+    assert_eq!(topo.replica_ports().len(), 2);
+
+    let key = unique_key("harness:repl");
+    let _: () = topo.conn(topo.master_port()).set(&key, "v").unwrap();
+    for port in topo.replica_ports() {
+        let mut con = topo.conn(port);
+        wait_for("replica sees the write", || {
+            con.get::<_, Option<String>>(&key).unwrap().as_deref() == Some("v")
+        });
+        let err = con.set::<_, _, ()>(&key, "w").unwrap_err();
+        assert_eq!(
+            err.kind(),
+            redis::ErrorKind::Server(redis::ServerErrorKind::ReadOnly),
+            "{err}"
+        );
+    }
+}
+
+#[tokio::test]
+async fn sentinels_report_the_master_and_replicas() {
+    let started = Instant::now();
+    let topo = shared(Kind::Sentinel).await;
+    eprintln!("sentinel 1m+2r+3s ready in {:?}", started.elapsed());
+    assert_eq!(topo.master_name(), "mymaster");
+    assert_eq!(topo.sentinel_ports().len(), 3);
+    assert_eq!(topo.current_master(), topo.master_port());
+    for port in topo.sentinel_ports() {
+        let replicas: Vec<redis::Value> = redis::cmd("SENTINEL")
+            .arg("REPLICAS")
+            .arg(topo.master_name())
+            .query(&mut topo.conn(port))
+            .unwrap();
+        assert_eq!(replicas.len(), 2, "sentinel {port}");
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn sentinel_failover_after_master_kill() {
+    let topo = Topology::start(Spec::sentinel()).await;
+    let old = topo.master_port();
+    topo.kill(old);
+    let killed = Instant::now();
+    let new = topo.wait_for_new_master(old, DEADLINE).await;
+    eprintln!(
+        "sentinel failover: {old} -> {new} in {:?}",
+        killed.elapsed()
+    );
+    assert!(topo.replica_ports().contains(&new));
+    assert_eq!(topo.current_master(), new);
+    let key = unique_key("harness:failover");
+    let _: () = topo.conn(new).set(&key, 1).unwrap();
+
+    // The old master comes back as a replica of the new one.
+    topo.restart(old).await;
+    let role: Vec<redis::Value> = redis::cmd("ROLE").query(&mut topo.conn(old)).unwrap();
+    assert_eq!(role[0], redis::Value::BulkString(b"slave".to_vec()));
+}
+
+#[tokio::test]
+async fn cluster_is_ok_and_routes_keys_to_every_master() {
+    let started = Instant::now();
+    let topo = shared(Kind::Cluster).await;
+    eprintln!("cluster 3m+3r ready in {:?}", started.elapsed());
+    assert_eq!(topo.node_ports().len(), 6);
+    assert_eq!(topo.replica_ports().len(), 3);
+    for port in topo.node_ports() {
+        let info: String = redis::cmd("CLUSTER")
+            .arg("INFO")
+            .query(&mut topo.conn(port))
+            .unwrap();
+        assert!(info.contains("cluster_state:ok"), "node {port}: {info}");
+    }
+
+    // One key per master, written through the cluster client and read back on the owner.
+    let prefix = unique_key("harness:cluster");
+    let mut per_master = std::collections::HashMap::new();
+    for i in 0..200 {
+        let key = format!("{prefix}:{i}");
+        let owner = topo.master_for_slot(topo.key_slot(&key));
+        per_master.entry(owner).or_insert(key);
+    }
+    assert_eq!(per_master.len(), 3, "keys landed on {per_master:?}");
+    let client = redis::cluster::ClusterClient::new(topo.node_urls()).unwrap();
+    let mut cluster = client.get_connection().unwrap();
+    for (owner, key) in &per_master {
+        let _: () = cluster.set(key, *owner).unwrap();
+        let got: u16 = topo.conn(*owner).get(key).unwrap();
+        assert_eq!(got, *owner);
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn cluster_failover_after_master_kill_and_restart() {
+    let topo = Topology::start(Spec::cluster()).await;
+    let old = topo.master_for_slot(0);
+    topo.kill(old);
+    let killed = Instant::now();
+    let new = topo.wait_for_new_slot_owner(0, old, DEADLINE).await;
+    eprintln!("cluster failover: {old} -> {new} in {:?}", killed.elapsed());
+    assert!(topo.replica_ports().contains(&new));
+
+    let restarted = Instant::now();
+    topo.restart(old).await;
+    eprintln!(
+        "killed cluster master rejoined in {:?}",
+        restarted.elapsed()
+    );
+    wait_for("the old master rejoins as a replica", || {
+        let role: Vec<redis::Value> = redis::cmd("ROLE").query(&mut topo.conn(old)).unwrap();
+        role[0] == redis::Value::BulkString(b"slave".to_vec())
+    });
+    assert_eq!(topo.master_for_slot(0), new);
+}
+
+#[tokio::test]
+async fn single_kill_and_restart_on_the_same_port() {
+    let topo = Topology::start(Spec::Single).await;
+    let port = topo.master_port();
+    let key = unique_key("harness:restart");
+    let _: () = topo.conn(port).set(&key, 1).unwrap();
+    let first_pid = topo.pid(port).unwrap();
+
+    topo.kill(port);
+    assert!(!topo.is_running(port));
+    assert_eq!(topo.pid(port), None);
+    assert!(topo.try_conn(port).is_err());
+    assert!(process_dead(first_pid));
+
+    let started = Instant::now();
+    topo.restart(port).await;
+    eprintln!("single restarted in {:?}", started.elapsed());
+    assert!(topo.is_running(port));
+    assert_ne!(topo.pid(port), Some(first_pid));
+    let mut con = topo.conn(port);
+    // Nothing is persisted, so the restarted server is empty.
+    assert_eq!(con.get::<_, Option<i64>>(&key).unwrap(), None);
+}
+
+#[tokio::test]
+async fn replica_restart_relinks_and_resyncs() {
+    let topo = Topology::start(Spec::MasterReplicas { replicas: 1 }).await;
+    let replica = topo.replica_ports()[0];
+    topo.kill(replica);
+    let key = unique_key("harness:resync");
+    let _: () = topo.conn(topo.master_port()).set(&key, "after").unwrap();
+    topo.restart(replica).await;
+    let got: Option<String> = topo.conn(replica).get(&key).unwrap();
+    assert_eq!(got.as_deref(), Some("after"));
+}
+
+#[tokio::test]
+async fn drop_kills_every_process_and_frees_the_ports() {
+    let topo = Topology::start(Spec::Sentinel {
+        replicas: 1,
+        sentinels: 1,
+        down_after_ms: 2000,
+    })
+    .await;
+    let ports = topo.ports();
+    assert_eq!(ports.len(), 3);
+    let pids: Vec<u32> = ports.iter().map(|&p| topo.pid(p).unwrap()).collect();
+    assert!(pids.iter().all(|&pid| !process_dead(pid)));
+    drop(topo);
+    for pid in pids {
+        assert!(process_dead(pid), "pid {pid} survived the drop");
+    }
+    for port in ports {
+        assert!(port_free(port), "port {port} still taken after the drop");
+    }
+}
+
+#[test]
+fn servers_outlive_the_runtime_that_started_them() {
+    // The blocking-pool thread that ran the start-up exits with its runtime; the servers must
+    // not die with that thread.
+    let rt = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .unwrap();
+    let topo = rt.block_on(Topology::start(Spec::Single));
+    drop(rt);
+    thread::sleep(Duration::from_millis(200));
+    let pong: String = redis::cmd("PING")
+        .query(&mut topo.conn(topo.master_port()))
+        .unwrap();
+    assert_eq!(pong, "PONG");
+}
+
+/// Body run in a child copy of this test binary by the tests below; a no-op otherwise.
+#[test]
+fn child_process_helper() {
+    let Ok(mode) = env::var(CHILD_MODE) else {
+        return;
+    };
+    let rt = tokio::runtime::Runtime::new().unwrap();
+    let topo = rt.block_on(shared(Kind::Single));
+    let port = topo.master_port();
+    println!("HARNESS port={port} pid={}", topo.pid(port).unwrap());
+    if mode == "sigkill" {
+        // Dies without unwinding or exit hooks, like a test binary killed on timeout.
+        // SAFETY: raising a signal on our own process.
+        unsafe { libc::kill(libc::getpid(), libc::SIGKILL) };
+    }
+}
+
+struct ChildRun {
+    child_pid: u32,
+    success: bool,
+    output: String,
+    /// The server port and pid the child printed.
+    server: Option<(u16, u32)>,
+}
+
+fn run_child(mode: &str, envs: &[(&str, &str)]) -> ChildRun {
+    let mut cmd = Command::new(env::current_exe().unwrap());
+    cmd.args([
+        "--exact",
+        "child_process_helper",
+        "--nocapture",
+        "--test-threads=1",
+    ])
+    .env(CHILD_MODE, mode)
+    .envs(envs.iter().copied())
+    .stdin(Stdio::null())
+    .stdout(Stdio::piped())
+    .stderr(Stdio::piped());
+    let child = cmd.spawn().unwrap();
+    let child_pid = child.id();
+    let out = child.wait_with_output().unwrap();
+    let output = format!(
+        "{}{}",
+        String::from_utf8_lossy(&out.stdout),
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let server = output.lines().find_map(|l| {
+        let rest = &l[l.find("HARNESS port=")? + "HARNESS port=".len()..];
+        let (port, pid) = rest.split_once(" pid=")?;
+        Some((port.parse().ok()?, pid.trim().parse().ok()?))
+    });
+    ChildRun {
+        child_pid,
+        success: out.status.success(),
+        output,
+        server,
+    }
+}
+
+#[test]
+fn servers_die_with_a_sigkilled_test_process() {
+    // Also checks that HARNESS_PORT_BASE gives each process its own window of 100 ports.
+    let base: u16 = 41_000;
+    let run = run_child("sigkill", &[("HARNESS_PORT_BASE", "41000")]);
+    assert!(
+        !run.success,
+        "the child should have been killed:\n{}",
+        run.output
+    );
+    let (port, pid) = run
+        .server
+        .unwrap_or_else(|| panic!("no server line:\n{}", run.output));
+    let window = base + (run.child_pid % 50) as u16 * 100;
+    assert!(
+        (window..window + 100).contains(&port),
+        "port {port} outside the window {window}..{}",
+        window + 100
+    );
+    wait_for("the orphaned server dies", || process_dead(pid));
+    wait_for("the orphaned server's port is free", || port_free(port));
+}
+
+#[test]
+fn exit_hook_removes_shared_topologies() {
+    let run = run_child("exit", &[]);
+    assert!(run.success, "{}", run.output);
+    let (port, pid) = run
+        .server
+        .unwrap_or_else(|| panic!("no server line:\n{}", run.output));
+    wait_for("the shared server dies at exit", || process_dead(pid));
+    assert!(port_free(port));
+    let prefix = format!("lock-harness-{}-", run.child_pid);
+    let left: Vec<_> = std::fs::read_dir(env::temp_dir())
+        .unwrap()
+        .flatten()
+        .filter(|e| e.file_name().to_string_lossy().starts_with(&prefix))
+        .collect();
+    assert!(left.is_empty(), "directories left behind: {left:?}");
+}
+
+#[test]
+fn missing_server_binary_panics_with_the_install_hint() {
+    let run = run_child("exit", &[("REDIS_SERVER_BIN", "/nonexistent/redis-server")]);
+    assert!(!run.success, "{}", run.output);
+    assert!(
+        run.output.contains("REDIS_SERVER_BIN") && run.output.contains("scripts/test.sh"),
+        "{}",
+        run.output
+    );
+}
