@@ -1,0 +1,72 @@
+#!/usr/bin/env bash
+# Full check of the workspace: format, lints, docs, then every test against real Redis
+# processes started by the harness in lock-tests (it picks its own free ports and leaves any
+# system redis service alone).
+#
+# Installs redis-server / redis-sentinel / redis-cli with apt when they are missing. Uses
+# cargo-nextest when installed (profile `ci` when $CI is set), `cargo test` otherwise.
+set -euo pipefail
+
+cd "$(dirname "${BASH_SOURCE[0]}")/.."
+
+step() {
+    printf '\n==> %s\n' "$*"
+}
+
+have() {
+    command -v "$1" >/dev/null 2>&1
+}
+
+install_redis() {
+    local sudo=()
+    if [ "$(id -u)" -ne 0 ]; then
+        if have sudo; then
+            sudo=(sudo)
+        else
+            echo "redis binaries are missing and this is not root (no sudo): install" \
+                "redis-server, redis-sentinel and redis-tools" >&2
+            exit 1
+        fi
+    fi
+    step "installing redis-server redis-sentinel redis-tools (apt)"
+    ${sudo[@]+"${sudo[@]}"} env DEBIAN_FRONTEND=noninteractive apt-get update
+    ${sudo[@]+"${sudo[@]}"} env DEBIAN_FRONTEND=noninteractive apt-get install -y --no-install-recommends \
+        redis-server redis-sentinel redis-tools
+}
+
+needs_redis=0
+for bin in "${REDIS_SERVER_BIN:-redis-server}" "${REDIS_CLI_BIN:-redis-cli}"; do
+    have "$bin" || needs_redis=1
+done
+# The harness can run sentinels as `redis-server --sentinel`, but the package is cheap.
+if [ -z "${REDIS_SENTINEL_BIN:-}" ] && ! have redis-sentinel; then
+    needs_redis=1
+fi
+if [ "$needs_redis" -eq 1 ]; then
+    install_redis
+fi
+step "redis: $("${REDIS_SERVER_BIN:-redis-server}" --version)"
+
+step "cargo fmt --all -- --check"
+cargo fmt --all -- --check
+
+step "cargo clippy --workspace --all-targets -- -D warnings"
+cargo clippy --workspace --all-targets -- -D warnings
+
+step "cargo doc --workspace --no-deps (warnings denied)"
+RUSTDOCFLAGS="-D warnings" cargo doc --workspace --no-deps
+
+if cargo nextest --version >/dev/null 2>&1; then
+    profile=default
+    if [ -n "${CI:-}" ]; then
+        profile=ci
+    fi
+    # Doctests first: nextest does not run them, and its summary should be the last word.
+    step "cargo test --workspace --doc"
+    cargo test --workspace --doc
+    step "cargo nextest run --workspace --profile $profile"
+    cargo nextest run --workspace --profile "$profile"
+else
+    step "cargo-nextest not found: cargo test --workspace"
+    cargo test --workspace
+fi
