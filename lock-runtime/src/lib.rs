@@ -48,20 +48,30 @@
 //! `lock:{goods:42}:wq` (services waiting) and the channel `lock:{goods:42}:ch`. The hash tag
 //! keeps them in one cluster slot; a key that already has a tag (`shop:{7}:x`) keeps its own.
 
+#[doc(hidden)]
+pub mod __private;
 mod backend;
 pub mod config;
+mod context;
 mod engine;
 mod error;
 mod guard;
 mod local;
 mod notify;
 pub mod owner;
+mod registry;
 mod scripts;
 mod service;
 mod watchdog;
 
 pub use config::{DefaultWait, LockConfig, Topology};
+pub use context::{current_fence, current_lock_key};
 pub use error::{ErrorKind, LockError};
 pub use guard::LockGuard;
 pub use owner::OwnerId;
+pub use registry::{CONFIG_ENV, DEFAULT_CONFIG_FILE, global, init, init_from_file, try_global};
 pub use service::{LockInfo, LockRequest, LockService};
+
+/// Runs an async fn only while it holds a distributed lock; see the `lock-macros` crate docs.
+#[cfg(feature = "macros")]
+pub use lock_macros::distributed_lock;

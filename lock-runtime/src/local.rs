@@ -371,6 +371,11 @@ impl Local {
         }
     }
 
+    /// How many callers of this service wait in line for `key`.
+    pub(crate) fn waiter_count(&self, key: &str) -> usize {
+        self.lock().get(key).map_or(0, |s| s.waiters.len())
+    }
+
     /// Whether anyone in this process waits for `key`.
     pub(crate) fn has_waiters(&self, key: &str) -> bool {
         self.lock().get(key).is_some_and(|s| !s.waiters.is_empty())

@@ -133,6 +133,7 @@ impl LockService {
             fence: None,
             last_fence: u64::try_from(last).ok(),
             waiting_services: u32::try_from(waiting).unwrap_or(0),
+            local_waiters: self.inner.local.waiter_count(&names.lock),
         };
         for (field, value) in fields {
             if field == scripts::FENCE_FIELD {
@@ -271,4 +272,6 @@ pub struct LockInfo {
     pub last_fence: Option<u64>,
     /// How many services (processes) have waiters registered for this key.
     pub waiting_services: u32,
+    /// How many callers of this service wait in line for this key right now.
+    pub local_waiters: usize,
 }

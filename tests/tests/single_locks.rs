@@ -1,0 +1,496 @@
+//! Lock semantics on a real single-node Redis: exclusion, reentrancy, leases, watchdog,
+//! wake-ups, waiter order, fencing, release rules and cancellation.
+
+mod common;
+
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use common::{Fixture, eventually, waiters_in_line};
+use lock_runtime::{ErrorKind, LockService, OwnerId, owner};
+use lock_tests::harness::unique_key;
+use tokio::sync::Mutex;
+
+const WATCHDOG: Duration = Duration::from_millis(300);
+const LONG_WATCHDOG: Duration = Duration::from_secs(30);
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn tasks_exclude_each_other_on_a_shared_counter() {
+    let fx = Fixture::single().await;
+    let locks = fx.service(LONG_WATCHDOG).await;
+    let (key, counter) = (unique_key("excl"), unique_key("counter"));
+    let client = redis::Client::open(fx.topo.url()).unwrap();
+    let mut tasks = Vec::new();
+    for _ in 0..8 {
+        let (locks, key, counter, client) =
+            (locks.clone(), key.clone(), counter.clone(), client.clone());
+        tasks.push(tokio::spawn(async move {
+            let mut con = client.get_multiplexed_async_connection().await.unwrap();
+            for _ in 0..40 {
+                let guard = locks.lock(&key).await.unwrap();
+                let v: Option<u64> = redis::cmd("GET")
+                    .arg(&counter)
+                    .query_async(&mut con)
+                    .await
+                    .unwrap();
+                tokio::task::yield_now().await;
+                let _: () = redis::cmd("SET")
+                    .arg(&counter)
+                    .arg(v.unwrap_or(0) + 1)
+                    .query_async(&mut con)
+                    .await
+                    .unwrap();
+                guard.release().await.unwrap();
+            }
+        }));
+    }
+    for t in tasks {
+        t.await.unwrap();
+    }
+    let total: u64 = redis::cmd("GET")
+        .arg(&counter)
+        .query(&mut fx.redis())
+        .unwrap();
+    assert_eq!(total, 8 * 40);
+    assert!(!locks.is_locked(&key).await.unwrap());
+}
+
+#[tokio::test]
+async fn an_owner_scope_reenters_and_frees_after_the_last_release() {
+    let fx = Fixture::single().await;
+    let locks = fx.service(LONG_WATCHDOG).await;
+    let key = unique_key("reentry");
+    let me = OwnerId::new();
+    let (outer, inner) = owner::scope(me.clone(), async {
+        let outer = locks.lock(&key).await.unwrap();
+        let inner = locks
+            .lock(&key)
+            .wait(Duration::from_millis(200))
+            .await
+            .unwrap();
+        assert_eq!(
+            inner.fence(),
+            outer.fence(),
+            "re-entry keeps the holder's token"
+        );
+        assert!(locks.is_held_by_current(&key).await.unwrap());
+        (outer, inner)
+    })
+    .await;
+    let info = locks.inspect(&key).await.unwrap();
+    assert_eq!(info.hold_count, 2);
+    assert!(info.holder.unwrap().ends_with(me.as_str()));
+
+    let other = locks.try_lock(&key).await.unwrap_err();
+    assert_eq!(
+        other.kind(),
+        ErrorKind::Timeout,
+        "a different owner must wait"
+    );
+    assert!(
+        !locks.is_held_by_current(&key).await.unwrap(),
+        "no scope here"
+    );
+
+    inner.release().await.unwrap();
+    assert_eq!(locks.inspect(&key).await.unwrap().hold_count, 1);
+    assert!(
+        locks.try_lock(&key).await.is_err(),
+        "still held after one release"
+    );
+    outer.release().await.unwrap();
+    assert!(!locks.is_locked(&key).await.unwrap());
+}
+
+#[tokio::test]
+async fn without_a_scope_every_lock_call_is_a_new_owner() {
+    let fx = Fixture::single().await;
+    let locks = fx.service(LONG_WATCHDOG).await;
+    let key = unique_key("fresh-owner");
+    let first = locks.lock(&key).await.unwrap();
+    let second = locks.lock(&key).wait(Duration::from_millis(100)).await;
+    assert_eq!(second.unwrap_err().kind(), ErrorKind::Timeout);
+    assert_ne!(first.owner(), &OwnerId::new());
+    first.release().await.unwrap();
+}
+
+#[tokio::test]
+async fn a_lease_expires_even_while_the_guard_lives() {
+    let fx = Fixture::single().await;
+    let locks = fx.service(LONG_WATCHDOG).await;
+    let key = unique_key("lease");
+    let guard = locks
+        .lock(&key)
+        .lease(Duration::from_millis(300))
+        .await
+        .unwrap();
+    let started = Instant::now();
+    let next = locks.lock(&key).wait(Duration::from_secs(3)).await.unwrap();
+    assert!(
+        started.elapsed() < Duration::from_millis(800),
+        "took {:?}",
+        started.elapsed()
+    );
+    assert!(guard.is_lost());
+    let lost = guard.lost().await;
+    assert_eq!(lost.kind(), ErrorKind::Lost);
+    let err = guard.release().await.unwrap_err();
+    assert_eq!(err.kind(), ErrorKind::NotHeld, "{err}");
+    assert!(
+        locks.is_locked(&key).await.unwrap(),
+        "the late release must not free the new holder's lock"
+    );
+    assert!(next.fence() > 0);
+    next.release().await.unwrap();
+}
+
+#[tokio::test]
+async fn the_watchdog_keeps_a_lock_past_its_timeout_until_release() {
+    let fx = Fixture::single().await;
+    let locks = fx.service(WATCHDOG).await;
+    let key = unique_key("watchdog");
+    let guard = locks.lock(&key).await.unwrap();
+    tokio::time::sleep(WATCHDOG * 4).await; // four leases: without renewal it would be gone
+    let info = locks.inspect(&key).await.unwrap();
+    assert!(info.holder.is_some() && info.ttl.is_some(), "{info:?}");
+    assert!(!guard.is_lost());
+    guard.release().await.unwrap();
+    assert!(!locks.is_locked(&key).await.unwrap());
+}
+
+#[tokio::test]
+async fn dropped_panicked_and_cancelled_holders_free_the_lock() {
+    let fx = Fixture::single().await;
+    let locks = fx.service(WATCHDOG).await;
+    let check = fx.service(WATCHDOG).await;
+
+    let key = unique_key("dropped");
+    drop(locks.lock(&key).await.unwrap());
+    eventually("dropped guard releases", Duration::from_secs(2), || async {
+        !check.is_locked(&key).await.unwrap()
+    })
+    .await;
+
+    let key = unique_key("panicked");
+    let (l, k) = (locks.clone(), key.clone());
+    let task = tokio::spawn(async move {
+        let _guard = l.lock(&k).await.unwrap();
+        panic!("holder panics");
+    });
+    assert!(task.await.unwrap_err().is_panic());
+    eventually(
+        "panicked holder's lock is freed",
+        Duration::from_secs(2),
+        || async { !check.is_locked(&key).await.unwrap() },
+    )
+    .await;
+
+    let key = unique_key("cancelled");
+    let (l, k) = (locks.clone(), key.clone());
+    let (held_tx, held_rx) = tokio::sync::oneshot::channel();
+    let task = tokio::spawn(async move {
+        let _guard = l.lock(&k).await.unwrap();
+        held_tx.send(()).unwrap();
+        std::future::pending::<()>().await;
+    });
+    held_rx.await.unwrap();
+    task.abort();
+    eventually(
+        "cancelled holder's lock is freed",
+        Duration::from_secs(2),
+        || async { !check.is_locked(&key).await.unwrap() },
+    )
+    .await;
+}
+
+#[tokio::test]
+async fn renewal_reports_a_force_unlocked_lock_as_lost_and_does_not_recreate_it() {
+    let fx = Fixture::single().await;
+    let holder = fx.service(WATCHDOG).await;
+    let operator = fx.service(WATCHDOG).await;
+    let key = unique_key("lost");
+    let guard = holder.lock(&key).await.unwrap();
+    assert!(operator.force_unlock(&key).await.unwrap());
+    assert!(
+        !operator.force_unlock(&key).await.unwrap(),
+        "nothing left to remove"
+    );
+    let lost = tokio::time::timeout(WATCHDOG * 3, guard.lost())
+        .await
+        .expect("loss noticed within a renewal period");
+    assert_eq!(lost.kind(), ErrorKind::Lost);
+    assert!(guard.is_lost());
+    tokio::time::sleep(WATCHDOG).await; // more renewal rounds
+    assert!(
+        !operator.is_locked(&key).await.unwrap(),
+        "renewal must not re-create the lock"
+    );
+    assert_eq!(
+        guard.release().await.unwrap_err().kind(),
+        ErrorKind::NotHeld
+    );
+}
+
+#[tokio::test]
+async fn force_unlock_in_the_same_service_marks_the_guard_lost_at_once() {
+    let fx = Fixture::single().await;
+    let locks = fx.service(LONG_WATCHDOG).await;
+    let key = unique_key("force-local");
+    let guard = locks
+        .lock(&key)
+        .lease(Duration::from_secs(30))
+        .await
+        .unwrap();
+    assert!(locks.force_unlock(&key).await.unwrap());
+    assert!(guard.is_lost());
+}
+
+#[tokio::test]
+async fn a_waiter_in_another_service_is_woken_by_the_release_not_the_lease() {
+    let fx = Fixture::single().await;
+    let holder = fx.service(LONG_WATCHDOG).await;
+    let waiter = fx.service(LONG_WATCHDOG).await;
+    let key = unique_key("wake");
+    let guard = holder.lock(&key).await.unwrap();
+    let (w, k) = (waiter.clone(), key.clone());
+    let waiting = tokio::spawn(async move {
+        w.lock(&k)
+            .wait(Duration::from_secs(20))
+            .await
+            .map(|g| (Instant::now(), g))
+    });
+    eventually(
+        "waiter registered on redis",
+        Duration::from_secs(5),
+        || async { holder.inspect(&key).await.unwrap().waiting_services == 1 },
+    )
+    .await;
+    tokio::time::sleep(Duration::from_millis(50)).await; // let it subscribe and park
+    let released = Instant::now();
+    guard.release().await.unwrap();
+    let (acquired, g) = waiting.await.unwrap().unwrap();
+    let woke_after = acquired - released;
+    // The lock had ~30 s of lease left: only the release message can explain a wake-up now.
+    assert!(
+        woke_after < Duration::from_secs(2),
+        "woke after {woke_after:?}"
+    );
+    g.release().await.unwrap();
+}
+
+#[tokio::test]
+async fn waiters_in_one_service_are_served_in_arrival_order_without_barging() {
+    let fx = Fixture::single().await;
+    let locks = fx.service(LONG_WATCHDOG).await;
+    let key = unique_key("fifo");
+    let order = Arc::new(Mutex::new(Vec::new()));
+    let first = locks.lock(&key).await.unwrap();
+    let mut tasks = Vec::new();
+    for i in 0..5 {
+        let (l, k, order) = (locks.clone(), key.clone(), order.clone());
+        tasks.push(tokio::spawn(async move {
+            let g = l.lock(&k).await.unwrap();
+            order.lock().await.push(i);
+            g.release().await.unwrap();
+        }));
+        waiters_in_line(&locks, &key, i + 1).await;
+    }
+    // The holder releases and locks again at once: it must queue behind the five.
+    first.release().await.unwrap();
+    let again = locks.lock(&key).await.unwrap();
+    order.lock().await.push(99);
+    again.release().await.unwrap();
+    for t in tasks {
+        t.await.unwrap();
+    }
+    assert_eq!(*order.lock().await, vec![0, 1, 2, 3, 4, 99]);
+}
+
+#[tokio::test]
+async fn a_release_wakes_one_waiter_per_service_not_all() {
+    let fx = Fixture::single().await;
+    let locks = fx.service(LONG_WATCHDOG).await;
+    let key = unique_key("herd");
+    let guard = locks.lock(&key).await.unwrap();
+    let mut tasks = Vec::new();
+    for i in 0..10 {
+        let (l, k) = (locks.clone(), key.clone());
+        tasks.push(tokio::spawn(async move {
+            l.lock(&k).wait(Duration::from_secs(10)).await
+        }));
+        waiters_in_line(&locks, &key, i + 1).await;
+    }
+    let mut con = fx.redis();
+    let calls_before = evalsha_calls(&mut con);
+    guard.release().await.unwrap();
+    let next = tasks.remove(0).await.unwrap().unwrap();
+    let calls = evalsha_calls(&mut con) - calls_before;
+    // release (handing over) + at most a couple of attempts by the new head; never one per waiter
+    assert!(
+        calls <= 4,
+        "{calls} script calls for one hand-over with 10 waiters"
+    );
+    assert_eq!(locks.inspect(&key).await.unwrap().local_waiters, 9);
+    next.release().await.unwrap();
+    for t in tasks {
+        t.await.unwrap().unwrap().release().await.unwrap();
+    }
+}
+
+fn evalsha_calls(con: &mut redis::Connection) -> u64 {
+    let info: String = redis::cmd("INFO").arg("commandstats").query(con).unwrap();
+    info.lines()
+        .find_map(|l| l.strip_prefix("cmdstat_evalsha:calls="))
+        .and_then(|rest| rest.split(',').next())
+        .and_then(|n| n.parse().ok())
+        .unwrap_or(0)
+}
+
+#[tokio::test]
+async fn fencing_tokens_strictly_increase_across_grants_expiry_and_force_unlock() {
+    let fx = Fixture::single().await;
+    let a = fx.service(LONG_WATCHDOG).await;
+    let b = fx.service(LONG_WATCHDOG).await;
+    let key = unique_key("fence");
+    let mut tokens = Vec::new();
+    for round in 0..4 {
+        let g = a.lock(&key).await.unwrap();
+        tokens.push(g.fence());
+        g.release().await.unwrap();
+        let g = b.lock(&key).lease(Duration::from_millis(50)).await.unwrap();
+        tokens.push(g.fence());
+        if round % 2 == 0 {
+            assert!(b.force_unlock(&key).await.unwrap());
+        }
+        // either force-unlocked or left to expire
+        let g2 = a.lock(&key).wait(Duration::from_secs(2)).await.unwrap();
+        tokens.push(g2.fence());
+        g2.release().await.unwrap();
+        drop(g);
+    }
+    assert!(tokens.windows(2).all(|w| w[0] < w[1]), "{tokens:?}");
+    let info = a.inspect(&key).await.unwrap();
+    assert_eq!(info.last_fence, tokens.last().copied());
+    // The counter survives a flush of the fence key through the clock.
+    let _: () = redis::cmd("DEL")
+        .arg(format!("lock:{{{key}}}:fence"))
+        .query(&mut fx.redis())
+        .unwrap();
+    let g = a.lock(&key).await.unwrap();
+    assert!(g.fence() > *tokens.last().unwrap());
+    g.release().await.unwrap();
+}
+
+#[tokio::test]
+async fn only_the_owner_releases_and_a_dropped_guard_frees_in_the_background() {
+    let fx = Fixture::single().await;
+    let a = fx.service(LONG_WATCHDOG).await;
+    let b = fx.service(LONG_WATCHDOG).await;
+    let key = unique_key("owner-only");
+    let stale = a.lock(&key).await.unwrap();
+    a.force_unlock(&key).await.unwrap();
+    let current = b.lock(&key).await.unwrap();
+    assert_eq!(
+        stale.release().await.unwrap_err().kind(),
+        ErrorKind::NotHeld
+    );
+    let info = b.inspect(&key).await.unwrap();
+    assert_eq!(
+        info.fence,
+        Some(current.fence()),
+        "the other owner's release removed nothing"
+    );
+    drop(current);
+    eventually("dropped guard released", Duration::from_secs(2), || async {
+        !b.is_locked(&key).await.unwrap()
+    })
+    .await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn cancelling_acquires_at_any_point_never_leaves_the_lock_held() {
+    let fx = Fixture::single().await;
+    let holder = fx.service(LONG_WATCHDOG).await;
+    let other = fx.service(LONG_WATCHDOG).await;
+    let key = unique_key("cancel");
+    for round in 0u64..60 {
+        let guard = holder.lock(&key).await.unwrap();
+        let (l, k) = (
+            if round % 2 == 0 {
+                holder.clone()
+            } else {
+                other.clone()
+            },
+            key.clone(),
+        );
+        // waiters that give up after a varying delay, racing with the release below
+        let cancel_after = Duration::from_micros(round * 97 % 2_000);
+        let waiter = tokio::spawn(async move {
+            tokio::time::timeout(cancel_after, l.lock(&k))
+                .await
+                .ok()
+                .map(|r| r.unwrap())
+        });
+        tokio::time::sleep(Duration::from_micros(round * 53 % 1_500)).await;
+        guard.release().await.unwrap();
+        if let Some(g) = waiter.await.unwrap() {
+            g.release().await.unwrap();
+        }
+    }
+    eventually(
+        "no cancelled acquire holds the lock",
+        Duration::from_secs(3),
+        || async { !holder.is_locked(&key).await.unwrap() },
+    )
+    .await;
+    // and the lock still works for everyone
+    holder
+        .try_lock(&key)
+        .await
+        .unwrap()
+        .release()
+        .await
+        .unwrap();
+    other.try_lock(&key).await.unwrap().release().await.unwrap();
+}
+
+#[tokio::test]
+async fn a_cancelled_waiter_in_line_does_not_block_the_ones_behind_it() {
+    let fx = Fixture::single().await;
+    let locks = fx.service(LONG_WATCHDOG).await;
+    let key = unique_key("cancel-line");
+    let guard = locks.lock(&key).await.unwrap();
+    let (l, k) = (locks.clone(), key.clone());
+    let quitter = tokio::spawn(async move { l.lock(&k).await });
+    waiters_in_line(&locks, &key, 1).await;
+    let (l, k) = (locks.clone(), key.clone());
+    let patient = tokio::spawn(async move { l.lock(&k).wait(Duration::from_secs(5)).await });
+    waiters_in_line(&locks, &key, 2).await;
+    quitter.abort();
+    waiters_in_line(&locks, &key, 1).await;
+    guard.release().await.unwrap();
+    patient.await.unwrap().unwrap().release().await.unwrap();
+}
+
+#[tokio::test]
+async fn timeouts_name_the_key_and_zero_wait_tries_once() {
+    let fx = Fixture::single().await;
+    let locks: LockService = fx.service(LONG_WATCHDOG).await;
+    let key = unique_key("timeout");
+    let guard = locks.lock(&key).await.unwrap();
+    let started = Instant::now();
+    let err = locks
+        .lock(&key)
+        .wait(Duration::from_millis(300))
+        .await
+        .unwrap_err();
+    assert!(started.elapsed() >= Duration::from_millis(300));
+    assert!(
+        err.is_timeout() && err.key() == Some(key.as_str()),
+        "{err:?}"
+    );
+    assert!(err.to_string().contains(&key));
+    let err = locks.try_lock(&key).await.unwrap_err();
+    assert!(err.is_timeout());
+    guard.release().await.unwrap();
+}
