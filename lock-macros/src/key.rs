@@ -157,10 +157,10 @@ fn parse_segments(key: &str) -> Result<Vec<Segment>, TemplateError> {
     while let Some(open) = rest.find('<') {
         text.push_str(&rest[..open]);
         let after = &rest[open + 1..];
-        if after.starts_with('<') {
+        if let Some(escaped) = after.strip_prefix('<') {
             // `<<` is a literal `<`.
             text.push('<');
-            rest = &after[1..];
+            rest = escaped;
             offset += open + 2;
             continue;
         }
