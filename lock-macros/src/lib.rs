@@ -3,13 +3,26 @@
 //! Depend on `lock-runtime`, not on this crate: it re-exports the attribute as
 //! `lock_runtime::distributed_lock`, and the code the attribute generates calls into it.
 //!
-//! ```ignore
-//! use lock_runtime::{distributed_lock, LockError};
+//! ```no_run
+//! use lock_runtime::{LockError, distributed_lock};
+//!
+//! #[derive(Debug)]
+//! enum AppError {
+//!     Lock(LockError),
+//!     OutOfStock,
+//! }
+//!
+//! impl From<LockError> for AppError {
+//!     fn from(error: LockError) -> Self {
+//!         AppError::Lock(error)
+//!     }
+//! }
 //!
 //! #[distributed_lock(key = "goods:<id>", lease = "5s", wait = "2s")]
 //! async fn decrease_stock(id: u64, qty: u32) -> Result<u32, AppError> {
-//!     // runs only while this process holds the lock "goods:<id>"
-//!     # Ok(qty)
+//!     // Runs only while this process holds the lock "goods:<id>".
+//!     # let stock: u32 = 10;
+//!     stock.checked_sub(qty).ok_or(AppError::OutOfStock)
 //! }
 //! ```
 //!
@@ -24,8 +37,19 @@ use proc_macro::TokenStream;
 
 /// Runs an `async fn` only while holding the distributed lock named by its `key`.
 ///
-/// ```ignore
-/// use lock_runtime::{distributed_lock, LockError};
+/// ```no_run
+/// use lock_runtime::{LockError, distributed_lock};
+/// # #[derive(Debug)]
+/// # struct AppError;
+/// # impl From<LockError> for AppError {
+/// #     fn from(_: LockError) -> Self { AppError }
+/// # }
+/// # async fn load_stock(_: u64) -> Result<u32, AppError> { Ok(10) }
+/// # struct Path<T>(T);
+/// # struct Json<T>(T);
+/// # struct Receipt;
+/// # struct CurrentUser { id: u64 }
+/// # struct Shop { id: u64 }
 ///
 /// #[distributed_lock(key = "goods:<id>", lease = "5s", wait = "2s")]
 /// async fn decrease_stock(id: u64, qty: u32) -> Result<u32, AppError> {
@@ -37,13 +61,17 @@ use proc_macro::TokenStream;
 /// // axum extractors, and fields of them.
 /// #[distributed_lock(key = "order:<order_id>:user:<user.id>")]
 /// async fn pay(Path(order_id): Path<u64>, user: CurrentUser) -> Result<Json<Receipt>, AppError> {
-///     # todo!()
+///     # let _ = (order_id, user);
+///     Ok(Json(Receipt))
 /// }
 ///
 /// impl Shop {
 ///     #[distributed_lock(key = "shop:<self.id>:goods:<goods_id>", lease = "500ms")]
 ///     async fn sell(&self, goods_id: u64) -> Result<(), AppError> {
-///         # todo!()
+///         // The fencing token of this hold, to store next to the data it protects.
+///         let fence = lock_runtime::current_fence();
+///         # let _ = (goods_id, fence);
+///         Ok(())
 ///     }
 /// }
 /// ```
