@@ -72,10 +72,22 @@ impl Node {
     }
 
     fn pick_ports_and_spawn(&mut self) {
+        self.release_ports();
         self.port = ports::pick();
         self.bus_port = self.cluster_node_timeout_ms.map(|_| ports::pick());
         self.write_conf();
         self.spawn();
+    }
+
+    fn release_ports(&mut self) {
+        for port in [Some(self.port), self.bus_port.take()]
+            .into_iter()
+            .flatten()
+        {
+            if port != 0 {
+                ports::release(port);
+            }
+        }
     }
 
     fn write_conf(&self) {
@@ -234,5 +246,6 @@ impl Node {
 impl Drop for Node {
     fn drop(&mut self) {
         self.kill();
+        self.release_ports();
     }
 }

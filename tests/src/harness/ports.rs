@@ -1,7 +1,8 @@
 //! Free loopback ports for the servers.
 //!
-//! A candidate is accepted only after a probe `bind` on `127.0.0.1` succeeds, and no port is
-//! handed out twice by one process. Without `HARNESS_PORT_BASE` the candidates come from the OS
+//! A candidate is accepted only after a probe `bind` on `127.0.0.1` succeeds, and a port is not
+//! handed out again while a node of this process owns it (a killed node keeps its port for
+//! `restart`; [`release`] gives it back when the node is dropped). Without `HARNESS_PORT_BASE` the candidates come from the OS
 //! (`bind(127.0.0.1:0)`). With it, each process walks its own window of [`WINDOW`] ports starting
 //! at `base + (pid % WINDOWS) * WINDOW`, so test processes running side by side rarely probe the
 //! same ports. A port can still be taken between the probe and the server's own `bind`; the node
@@ -20,8 +21,9 @@ pub(crate) const WINDOWS: u16 = 50;
 
 #[derive(Debug, Default)]
 struct Allocator {
-    handed_out: HashSet<u16>,
-    /// Next offset inside this process's window (only with `HARNESS_PORT_BASE`).
+    /// Ports owned by live nodes of this process.
+    owned: HashSet<u16>,
+    /// Next offset to try inside this process's window (only with `HARNESS_PORT_BASE`).
     next: u16,
 }
 
@@ -52,21 +54,21 @@ fn bindable(port: u16) -> bool {
     TcpListener::bind((Ipv4Addr::LOCALHOST, port)).is_ok()
 }
 
-/// A free loopback port that this process has not handed out before.
+/// A free loopback port that no live node of this process owns.
 ///
 /// # Panics
 ///
-/// If no free port can be found (the window of `HARNESS_PORT_BASE` is exhausted, or the OS keeps
-/// returning ports already used).
+/// If no free port can be found (every port of the `HARNESS_PORT_BASE` window is owned or
+/// taken, or the OS keeps returning owned ports).
 pub(crate) fn pick() -> u16 {
     let mut guard = ALLOCATOR.lock().unwrap_or_else(PoisonError::into_inner);
     let alloc = guard.get_or_insert_with(Allocator::default);
     if let Some(start) = window_start() {
-        while alloc.next < WINDOW {
+        for _ in 0..WINDOW {
             let port = start + alloc.next;
-            alloc.next += 1;
-            if !alloc.handed_out.contains(&port) && bindable(port) {
-                alloc.handed_out.insert(port);
+            alloc.next = (alloc.next + 1) % WINDOW;
+            if !alloc.owned.contains(&port) && bindable(port) {
+                alloc.owned.insert(port);
                 return port;
             }
         }
@@ -83,9 +85,17 @@ pub(crate) fn pick() -> u16 {
             .unwrap_or_else(|e| panic!("no local address for 127.0.0.1:0: {e}"))
             .port();
         drop(listener);
-        if alloc.handed_out.insert(port) {
+        if alloc.owned.insert(port) {
             return port;
         }
     }
-    panic!("the OS kept returning loopback ports this process already used");
+    panic!("the OS kept returning loopback ports this process already uses");
+}
+
+/// Gives `port` back once no node uses it any more.
+pub(crate) fn release(port: u16) {
+    let mut guard = ALLOCATOR.lock().unwrap_or_else(PoisonError::into_inner);
+    if let Some(alloc) = guard.as_mut() {
+        alloc.owned.remove(&port);
+    }
 }
