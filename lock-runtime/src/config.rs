@@ -13,6 +13,8 @@
 //! # password = "secret"   # optional in every mode; else $LOCK_REDIS_PASSWORD
 //! connect_timeout = "3s"    # how long connecting may take before it fails
 //! response_timeout = "3s"   # how long one Redis operation may take before it fails
+//! # sync_replicas = 1       # cluster/sentinel/master-slave: replicas that must acknowledge
+//! # sync_timeout = "1s"     #   each grant within this time, else it is given back
 //!
 //! [lock]
 //! prefix = "lock:"          # prepended to every key
@@ -103,6 +105,8 @@ pub struct LockConfig {
     password: Option<String>,
     connect_timeout: Duration,
     response_timeout: Duration,
+    sync_replicas: u32,
+    sync_timeout: Duration,
     prefix: String,
     watchdog_timeout: Duration,
     default_wait: DefaultWait,
@@ -114,6 +118,7 @@ const DEFAULT_RESPONSE_TIMEOUT: Duration = Duration::from_secs(3);
 const DEFAULT_WATCHDOG_TIMEOUT: Duration = Duration::from_secs(30);
 const DEFAULT_WAIT: Duration = Duration::from_secs(3);
 const DEFAULT_PREFIX: &str = "lock:";
+const DEFAULT_SYNC_TIMEOUT: Duration = Duration::from_secs(1);
 
 impl LockConfig {
     /// A configuration for the given topology with every other setting at its default.
@@ -124,6 +129,8 @@ impl LockConfig {
             password: None,
             connect_timeout: DEFAULT_CONNECT_TIMEOUT,
             response_timeout: DEFAULT_RESPONSE_TIMEOUT,
+            sync_replicas: 0,
+            sync_timeout: DEFAULT_SYNC_TIMEOUT,
             prefix: DEFAULT_PREFIX.to_owned(),
             watchdog_timeout: DEFAULT_WATCHDOG_TIMEOUT,
             default_wait: DefaultWait::For(DEFAULT_WAIT),
@@ -188,6 +195,18 @@ impl LockConfig {
         self
     }
 
+    /// Requires `replicas` replicas to acknowledge every grant within `timeout` (Redis `WAIT`);
+    /// a grant they do not acknowledge in time is given back and the caller gets
+    /// [`ErrorKind::ReplicaSync`]. 0 (the default) turns it off. Not available in single mode.
+    ///
+    /// This narrows, but does not close, the window in which a failover loses a grant: see the
+    /// crate docs on replication.
+    pub fn with_sync_replicas(mut self, replicas: u32, timeout: Duration) -> Self {
+        self.sync_replicas = replicas;
+        self.sync_timeout = timeout;
+        self
+    }
+
     /// Sets the ACL user name and password used for every connection.
     pub fn with_credentials(mut self, username: Option<String>, password: Option<String>) -> Self {
         self.username = username;
@@ -214,6 +233,14 @@ impl LockConfig {
     /// How long one Redis operation may take.
     pub fn response_timeout(&self) -> Duration {
         self.response_timeout
+    }
+    /// How many replicas must acknowledge each grant (0: none).
+    pub fn sync_replicas(&self) -> u32 {
+        self.sync_replicas
+    }
+    /// How long to wait for replica acknowledgements.
+    pub fn sync_timeout(&self) -> Duration {
+        self.sync_timeout
     }
     /// The key prefix.
     pub fn prefix(&self) -> &str {
@@ -248,9 +275,26 @@ impl LockConfig {
                 self.watchdog_timeout
             )));
         }
+        if self.sync_replicas > 0 {
+            if let Topology::Single { .. } = self.topology {
+                return Err(LockError::config(format!(
+                    "{origin}: `redis.sync_replicas` = {} needs replicas, but mode = \"single\" \
+                     has none; remove it or use mode \"master-slave\", \"sentinel\" or \"cluster\"",
+                    self.sync_replicas
+                )));
+            }
+            if self.sync_timeout >= self.response_timeout {
+                return Err(LockError::config(format!(
+                    "{origin}: `redis.sync_timeout` ({:?}) must be shorter than \
+                     `redis.response_timeout` ({:?})",
+                    self.sync_timeout, self.response_timeout
+                )));
+            }
+        }
         for (field, value) in [
             ("redis.connect_timeout", self.connect_timeout),
             ("redis.response_timeout", self.response_timeout),
+            ("redis.sync_timeout", self.sync_timeout),
         ] {
             if value.is_zero() {
                 return Err(LockError::config(format!(
@@ -296,6 +340,8 @@ struct RawRedis {
     password: Option<String>,
     connect_timeout: Option<ConfigDuration>,
     response_timeout: Option<ConfigDuration>,
+    sync_replicas: Option<u32>,
+    sync_timeout: Option<ConfigDuration>,
 }
 
 #[derive(Deserialize, Default)]
@@ -468,6 +514,12 @@ fn parse(text: &str, origin: &str, source: Option<PathBuf>) -> Result<LockConfig
     if let Some(d) = r.response_timeout {
         config.response_timeout = d.0;
     }
+    if let Some(n) = r.sync_replicas {
+        config.sync_replicas = n;
+    }
+    if let Some(d) = r.sync_timeout {
+        config.sync_timeout = d.0;
+    }
     if let Some(prefix) = raw.lock.prefix {
         config.prefix = prefix;
     }
@@ -565,6 +617,13 @@ mod tests {
         assert!(e.contains("`redis`"), "{e}");
         let e = err("[lock]\nprefix = \"x\"\n");
         assert!(e.contains("[redis]"), "{e}");
+        let e = err("[redis]\nmode = \"single\"\nurl = \"x\"\nsync_replicas = 1\n");
+        assert!(
+            e.contains("`redis.sync_replicas`") && e.contains("single"),
+            "{e}"
+        );
+        let e = err("[redis]\nmode = \"master-slave\"\nmaster = \"x\"\nsync_replicas = -1\n");
+        assert!(e.contains("`redis.sync_replicas`"), "{e}");
     }
 
     #[test]

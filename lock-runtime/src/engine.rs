@@ -273,11 +273,17 @@ impl Inner {
                 .arg(lease_ms)
                 .arg(&inner.service_id)
                 .arg(horizon_ms);
-            let reply = inner
-                .backend
-                .run::<Vec<i64>>("acquire", &invocation)
-                .await
-                .and_then(|r| parse_attempt(&r, &names));
+            let reply = match inner.backend.run_synced::<Vec<i64>>("acquire", &invocation).await {
+                Ok(synced) => parse_attempt(&synced.reply, &names).and_then(|attempt| match attempt {
+                    Attempt::Granted(_) | Attempt::Reentered(_) if !synced.acknowledged => {
+                        // not replicated: a failover could hand the lock to someone else
+                        drop(inner.give_back_plain(names.clone(), field.clone()));
+                        Err(replica_sync_error(&inner, &names))
+                    }
+                    attempt => Ok(attempt),
+                }),
+                Err(e) => Err(e),
+            };
             let give_back = match &reply {
                 Ok(Attempt::Granted(_) | Attempt::Reentered(_)) => true,
                 Err(e) => fresh && e.is_backend(),
@@ -307,7 +313,29 @@ impl Inner {
         field: OwnerField,
         guard: Option<bool>,
     ) -> tokio::task::JoinHandle<Result<Released, LockError>> {
-        let reservation = self.local.begin_release(&names.lock, &field, guard);
+        self.release_inner(names, field, guard, true)
+    }
+
+    /// Gives back a grant without handing it to a waiter of this service (used when the grant
+    /// was not replicated: handing it over would only repeat that).
+    fn give_back_plain(
+        self: &Arc<Self>,
+        names: KeyNames,
+        field: OwnerField,
+    ) -> tokio::task::JoinHandle<Result<Released, LockError>> {
+        self.release_inner(names, field, None, false)
+    }
+
+    fn release_inner(
+        self: &Arc<Self>,
+        names: KeyNames,
+        field: OwnerField,
+        guard: Option<bool>,
+        hand_off: bool,
+    ) -> tokio::task::JoinHandle<Result<Released, LockError>> {
+        let reservation = self
+            .local
+            .begin_release(&names.lock, &field, guard, hand_off);
         let finish: Detached<Result<Released, LockError>> =
             Box::pin(self.clone().finish_release(names, field, reservation));
         self.runtime.spawn(finish)
@@ -334,11 +362,28 @@ impl Inner {
             .arg(next)
             .arg(next_lease)
             .arg(self.waiter_horizon(None));
-        let reply = self
-            .backend
-            .run::<Vec<i64>>("release", &invocation)
-            .await
-            .and_then(|r| parse_released(&r, &names));
+        let reply = match &reservation {
+            // a hand-off is a grant: it needs the replicas' acknowledgement like any other
+            Some(r) => match self
+                .backend
+                .run_synced::<Vec<i64>>("release", &invocation)
+                .await
+            {
+                Ok(synced) => match parse_released(&synced.reply, &names) {
+                    Ok(Released::HandedOff(_)) if !synced.acknowledged => {
+                        drop(self.give_back_plain(names.clone(), r.owner.clone()));
+                        Ok(Released::Freed { yielded: false })
+                    }
+                    other => other,
+                },
+                Err(e) => Err(e),
+            },
+            None => self
+                .backend
+                .run::<Vec<i64>>("release", &invocation)
+                .await
+                .and_then(|r| parse_released(&r, &names)),
+        };
         let end = match reply {
             Ok(Released::HandedOff(token)) => ReleaseEnd::HandedOff(token),
             Ok(Released::Freed { yielded }) => ReleaseEnd::Freed { yielded },
@@ -424,6 +469,20 @@ async fn wait_for(wake: &Notify, hint: Option<Duration>, deadline: Option<Instan
         }
         None => wake.notified().await,
     }
+}
+
+fn replica_sync_error(inner: &Inner, names: &KeyNames) -> LockError {
+    LockError::new(
+        ErrorKind::ReplicaSync,
+        format!(
+            "lock `{}` was granted but fewer than {} replicas acknowledged it within {:?} \
+             (redis.sync_replicas / redis.sync_timeout); the grant was given back",
+            names.user,
+            inner.config.sync_replicas(),
+            inner.config.sync_timeout()
+        ),
+    )
+    .with_key(&names.user)
 }
 
 fn bad_reply(script: &str, names: &KeyNames, reply: &[i64]) -> LockError {

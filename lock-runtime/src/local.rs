@@ -148,6 +148,7 @@ impl Local {
         key: &str,
         owner: &str,
         guard: Option<bool>,
+        hand_off: bool,
     ) -> Option<Reservation> {
         let mut keys = self.lock();
         let state = keys.get_mut(key)?;
@@ -166,7 +167,7 @@ impl Local {
             (None, _) => true,
         };
         let reservation = match state.waiters.front_mut() {
-            Some(head) if owner_left && head.state == WaiterState::Parked => {
+            Some(head) if hand_off && owner_left && head.state == WaiterState::Parked => {
                 head.state = WaiterState::Reserved;
                 Some(Reservation {
                     waiter: head.id,
@@ -511,11 +512,11 @@ mod tests {
         assert_eq!(local.turn(&k, w2), Turn::Wait);
         assert_eq!(local.turn(&k, w1), Turn::Attempt);
         // while the head attempts, a release must not reserve it
-        assert!(local.begin_release(&k, &a, Some(true)).is_none());
+        assert!(local.begin_release(&k, &a, Some(true), true).is_none());
         local.park(&k, w1);
         local.add_hold(&k, &a, false);
         let r = local
-            .begin_release(&k, &a, Some(false))
+            .begin_release(&k, &a, Some(false), true)
             .expect("parked head is reserved");
         assert_eq!((r.waiter, &*r.owner), (w1, "i:b"));
         assert_eq!(local.turn(&k, w1), Turn::Wait);
@@ -541,7 +542,7 @@ mod tests {
         let (k, a, b) = (key(), OwnerField::from("i:a"), OwnerField::from("i:b"));
         local.add_hold(&k, &a, false);
         let (w1, _) = local.enqueue(&k, &b, 100, true);
-        let r = local.begin_release(&k, &a, Some(false)).unwrap();
+        let r = local.begin_release(&k, &a, Some(false), true).unwrap();
         // the waiter is cancelled while the hand-off is in flight
         assert!(local.leave(&k, w1).is_none());
         let orphan = local
@@ -551,7 +552,7 @@ mod tests {
         // cancelled after the hand-off reached it
         local.add_hold(&k, &a, false);
         let (w2, _) = local.enqueue(&k, &b, 100, true);
-        let r = local.begin_release(&k, &a, Some(false)).unwrap();
+        let r = local.begin_release(&k, &a, Some(false), true).unwrap();
         local.end_release(&k, Some(r), ReleaseEnd::HandedOff(4));
         assert_eq!(local.renewals().len(), 1);
         assert_eq!(&*local.leave(&k, w2).unwrap().owner, "i:b");

@@ -1,10 +1,14 @@
 //! The watchdog: one task per service renews every lock held without a lease, in batches, every
 //! third of `watchdog_timeout`, and tells guards when their lock is gone.
 
+use std::collections::HashMap;
 use std::sync::{Arc, Weak};
 use std::time::Duration;
 
+use redis::cluster_routing::Slot;
+
 use crate::engine::Inner;
+use crate::local::Renewal;
 use crate::scripts;
 
 /// Locks renewed per script call (one round trip each).
@@ -36,7 +40,17 @@ async fn renew_all(inner: &Arc<Inner>) {
     let lease = inner.config.watchdog_timeout();
     let lease_ms = u64::try_from(lease.as_millis()).unwrap_or(u64::MAX);
     let due = inner.local.renewals();
-    for batch in due.chunks(BATCH) {
+    let groups: Vec<Vec<Renewal>> = if inner.backend.is_cluster() {
+        // one script call may only touch keys of one slot
+        let mut by_slot: HashMap<Slot, Vec<Renewal>> = HashMap::new();
+        for r in due {
+            by_slot.entry(Slot::for_key(&*r.key)).or_default().push(r);
+        }
+        by_slot.into_values().collect()
+    } else {
+        vec![due]
+    };
+    for batch in groups.iter().flat_map(|group| group.chunks(BATCH)) {
         let mut invocation = scripts::RENEW.prepare_invoke();
         for r in batch {
             invocation.key(&*r.key);

@@ -1,27 +1,48 @@
-//! One async surface over the Redis topologies: run a script, subscribe to wake-up channels.
+//! One async surface over the Redis topologies: run a script (optionally waiting for replica
+//! acknowledgements), subscribe to wake-up channels.
 //!
-//! Every operation carries our own timeout (`redis.response_timeout`), because the client's
-//! reconnect logic can otherwise make a call wait out its whole retry budget.
+//! | mode | connections |
+//! |---|---|
+//! | single, master-slave | auto-reconnecting RESP3 connections to one server (the master) |
+//! | sentinel | the same, to the master the sentinels name; re-resolved on failover |
+//! | cluster | the cluster client: slot routing, topology refresh, sharded pub/sub |
+//!
+//! Every operation carries our own timeout (`redis.response_timeout`), because the clients'
+//! reconnect logic can otherwise make a call wait out a whole retry budget.
 
+mod cluster;
+mod sentinel;
 mod single;
 
 use std::future::Future;
 use std::time::Duration;
 
+use redis::aio::ConnectionLike;
 use redis::{FromRedisValue, PushInfo, ScriptInvocation};
 use tokio::sync::mpsc::UnboundedSender;
 
 use crate::config::{LockConfig, Topology};
 use crate::error::{ErrorKind, LockError};
 
-/// Connections of one service: commands and the shared subscriber.
+/// Connections of one service.
 pub(crate) struct Backend {
     conn: Conn,
     response_timeout: Duration,
+    /// `(replicas, timeout)` every grant must be acknowledged by.
+    sync: Option<(u32, Duration)>,
 }
 
 enum Conn {
     Single(single::Single),
+    Sentinel(sentinel::Sentinel),
+    Cluster(cluster::Cluster),
+}
+
+/// A script reply, and whether the replicas acknowledged it in time (always `true` when replica
+/// acknowledgements are not required).
+pub(crate) struct Synced<T> {
+    pub(crate) reply: T,
+    pub(crate) acknowledged: bool,
 }
 
 impl Backend {
@@ -30,30 +51,44 @@ impl Backend {
         config: &LockConfig,
         push: UnboundedSender<PushInfo>,
     ) -> Result<Backend, LockError> {
+        let synced = config.sync_replicas() > 0;
         let conn = match config.topology() {
             Topology::Single { url } => {
-                Conn::Single(single::Single::connect(url, config, push).await?)
+                Conn::Single(single::Single::connect(url, config, push, synced).await?)
             }
-            other => {
-                return Err(LockError::config(format!(
-                    "{}: `redis.mode` = \"{}\" is parsed but not yet supported by this version; \
-                     use mode = \"single\"",
-                    config.origin(),
-                    other.mode()
-                )));
+            Topology::MasterSlave { master, .. } => {
+                let single = single::Single::connect(master, config, push, synced).await?;
+                single.ensure_master(master).await?;
+                Conn::Single(single)
+            }
+            Topology::Sentinel {
+                master_name,
+                sentinels,
+            } => Conn::Sentinel(
+                sentinel::Sentinel::connect(master_name, sentinels, config, push).await?,
+            ),
+            Topology::Cluster { nodes } => {
+                Conn::Cluster(cluster::Cluster::connect(nodes, config, push).await?)
             }
         };
         Ok(Backend {
             conn,
             response_timeout: config.response_timeout(),
+            sync: synced.then(|| (config.sync_replicas(), config.sync_timeout())),
         })
     }
 
     /// The command that publishes on a wake-up channel from inside a script.
     pub(crate) fn publish_command(&self) -> &'static str {
         match self.conn {
-            Conn::Single(_) => "publish",
+            Conn::Cluster(_) => "spublish",
+            _ => "publish",
         }
+    }
+
+    /// Whether scripts touching several locks must be split by cluster slot.
+    pub(crate) fn is_cluster(&self) -> bool {
+        matches!(self.conn, Conn::Cluster(_))
     }
 
     /// Runs a script and converts its reply; `what` names the operation in errors.
@@ -64,19 +99,77 @@ impl Backend {
     ) -> Result<T, LockError> {
         match &self.conn {
             Conn::Single(s) => {
-                let mut con = s.commands.clone();
-                self.timed(what, invocation.invoke_async(&mut con)).await
+                self.timed(what, invocation.invoke_async(&mut s.commands.clone()))
+                    .await
+            }
+            Conn::Cluster(c) => {
+                self.timed(what, invocation.invoke_async(&mut c.commands.clone()))
+                    .await
+            }
+            Conn::Sentinel(s) => {
+                let master = s.current();
+                let result = self
+                    .timed(what, invocation.invoke_async(&mut master.commands.clone()))
+                    .await;
+                s.check(&result);
+                result
             }
         }
+    }
+
+    /// Runs a script that may grant a lock; with `sync_replicas` set, `WAIT`s for the replicas
+    /// on the same connection in the same round trip.
+    pub(crate) async fn run_synced<T: FromRedisValue>(
+        &self,
+        what: &str,
+        invocation: &ScriptInvocation<'_>,
+    ) -> Result<Synced<T>, LockError> {
+        let Some((replicas, timeout)) = self.sync else {
+            let reply = self.run(what, invocation).await?;
+            return Ok(Synced {
+                reply,
+                acknowledged: true,
+            });
+        };
+        let (reply, acks) = match &self.conn {
+            Conn::Single(s) => {
+                let mut con = s.synced_connection();
+                self.timed(what, with_wait(&mut con, invocation, replicas, timeout))
+                    .await?
+            }
+            Conn::Cluster(c) => {
+                let mut con = c.synced.clone().unwrap_or_else(|| c.commands.clone());
+                self.timed(what, with_wait(&mut con, invocation, replicas, timeout))
+                    .await?
+            }
+            Conn::Sentinel(s) => {
+                let master = s.current();
+                let mut con = master.synced_connection();
+                let result = self
+                    .timed(what, with_wait(&mut con, invocation, replicas, timeout))
+                    .await;
+                s.check(&result);
+                result?
+            }
+        };
+        Ok(Synced {
+            reply,
+            acknowledged: acks >= i64::from(replicas),
+        })
     }
 
     /// Subscribes the shared subscriber connection to `channel`; returns once Redis confirmed.
     pub(crate) async fn subscribe(&self, channel: &str) -> Result<(), LockError> {
         match &self.conn {
             Conn::Single(s) => {
-                let mut con = s.subscriber.clone();
-                self.timed("subscribe", con.subscribe(channel)).await
+                self.timed("subscribe", s.subscriber.clone().subscribe(channel))
+                    .await
             }
+            Conn::Cluster(c) => {
+                self.timed("ssubscribe", c.subscriber.clone().ssubscribe(channel))
+                    .await
+            }
+            Conn::Sentinel(s) => self.timed("subscribe", s.subscribe(channel)).await,
         }
     }
 
@@ -84,9 +177,18 @@ impl Backend {
     pub(crate) async fn unsubscribe(&self, channels: &[String]) -> Result<(), LockError> {
         match &self.conn {
             Conn::Single(s) => {
-                let mut con = s.subscriber.clone();
-                self.timed("unsubscribe", con.unsubscribe(channels)).await
+                self.timed("unsubscribe", s.subscriber.clone().unsubscribe(channels))
+                    .await
             }
+            Conn::Cluster(c) => {
+                // shard channels of different slots cannot share one SUNSUBSCRIBE
+                for channel in channels {
+                    self.timed("sunsubscribe", c.subscriber.clone().sunsubscribe(channel))
+                        .await?;
+                }
+                Ok(())
+            }
+            Conn::Sentinel(s) => self.timed("unsubscribe", s.unsubscribe(channels)).await,
         }
     }
 
@@ -106,5 +208,35 @@ impl Backend {
                 ),
             )),
         }
+    }
+}
+
+/// `EVALSHA` + `WAIT replicas timeout` in one pipeline on one connection (`WAIT` counts the
+/// acknowledgements of that connection's writes). Pipelines do not reload scripts by
+/// themselves: on NOSCRIPT load it and go again.
+async fn with_wait<C, T>(
+    con: &mut C,
+    invocation: &ScriptInvocation<'_>,
+    replicas: u32,
+    timeout: Duration,
+) -> redis::RedisResult<(T, i64)>
+where
+    C: ConnectionLike + Send,
+    T: FromRedisValue,
+{
+    let timeout_ms = u64::try_from(timeout.as_millis())
+        .unwrap_or(u64::MAX)
+        .max(1);
+    let mut pipe = redis::pipe();
+    pipe.invoke_script(invocation)
+        .cmd("WAIT")
+        .arg(replicas)
+        .arg(timeout_ms);
+    match pipe.query_async(con).await {
+        Err(e) if e.kind() == redis::ErrorKind::Server(redis::ServerErrorKind::NoScript) => {
+            invocation.load_async(con).await?;
+            pipe.query_async(con).await
+        }
+        other => other,
     }
 }

@@ -1,4 +1,5 @@
-//! Single node (and, later, a static master): auto-reconnecting RESP3 connections.
+//! One server (single mode, a static master, or the master a sentinel names): auto-reconnecting
+//! RESP3 connections.
 
 use redis::aio::{ConnectionManager, ConnectionManagerConfig};
 use redis::{IntoConnectionInfo, ProtocolVersion, PushInfo};
@@ -7,10 +8,12 @@ use tokio::sync::mpsc::UnboundedSender;
 use crate::config::LockConfig;
 use crate::error::{ErrorKind, LockError};
 
-/// A command connection and a subscriber connection to one server.
+/// Connections to one server: commands, the shared subscriber, and (with `sync_replicas`) one
+/// for grants followed by `WAIT`, so a slow `WAIT` does not hold up releases and renewals.
 pub(super) struct Single {
     pub(super) commands: ConnectionManager,
     pub(super) subscriber: ConnectionManager,
+    synced: Option<ConnectionManager>,
 }
 
 impl Single {
@@ -18,21 +21,29 @@ impl Single {
         url: &str,
         config: &LockConfig,
         push: UnboundedSender<PushInfo>,
+        synced: bool,
     ) -> Result<Single, LockError> {
         let client = client(url, config)?;
         let connect = async {
             let commands =
                 ConnectionManager::new_with_config(client.clone(), manager_config(config)).await?;
             let subscriber = ConnectionManager::new_with_config(
-                client,
+                client.clone(),
                 manager_config(config)
                     .set_push_sender(push)
                     .set_automatic_resubscription(),
             )
             .await?;
+            let synced = match synced {
+                true => {
+                    Some(ConnectionManager::new_with_config(client, manager_config(config)).await?)
+                }
+                false => None,
+            };
             Ok::<_, redis::RedisError>(Single {
                 commands,
                 subscriber,
+                synced,
             })
         };
         match tokio::time::timeout(config.connect_timeout(), connect).await {
@@ -51,6 +62,43 @@ impl Single {
             )),
         }
     }
+
+    /// The connection for grants that wait for replicas.
+    pub(super) fn synced_connection(&self) -> ConnectionManager {
+        self.synced.as_ref().unwrap_or(&self.commands).clone()
+    }
+
+    /// Fails unless the server is a master: locks must never be written to a replica.
+    pub(super) async fn ensure_master(&self, url: &str) -> Result<(), LockError> {
+        let role = role(&mut self.commands.clone()).await.map_err(|e| {
+            LockError::backend(&format!("cannot ask {} for its role", redacted(url)), e)
+        })?;
+        if role != "master" {
+            return Err(LockError::new(
+                ErrorKind::Backend,
+                format!(
+                    "{} is a {role}, not a master: lock operations must go to the master \
+                     (master-slave mode does not fail over; point `redis.master` at the current \
+                     master or use sentinel mode)",
+                    redacted(url)
+                ),
+            ));
+        }
+        Ok(())
+    }
+}
+
+/// The first element of `ROLE`: "master", "slave" or "sentinel".
+pub(super) async fn role(con: &mut ConnectionManager) -> redis::RedisResult<String> {
+    let reply: redis::Value = redis::cmd("ROLE").query_async(con).await?;
+    match reply {
+        redis::Value::Array(items) => match items.first() {
+            Some(redis::Value::BulkString(b)) => Ok(String::from_utf8_lossy(b).into_owned()),
+            Some(redis::Value::SimpleString(s)) => Ok(s.clone()),
+            _ => Ok(String::new()),
+        },
+        _ => Ok(String::new()),
+    }
 }
 
 /// Reconnect quickly (10-100 ms backoff) and fail each attempt after our timeouts.
@@ -64,15 +112,16 @@ fn manager_config(config: &LockConfig) -> ConnectionManagerConfig {
 }
 
 /// A RESP3 client for `url` with the configured credentials.
-pub(crate) fn client(url: &str, config: &LockConfig) -> Result<redis::Client, LockError> {
-    let info = url.into_connection_info().map_err(|e| {
+pub(super) fn client(url: &str, config: &LockConfig) -> Result<redis::Client, LockError> {
+    let invalid = |e: redis::RedisError| {
         LockError::config(format!(
             "{}: invalid redis URL {}: {e}",
             config.origin(),
             redacted(url)
         ))
         .with_source(e)
-    })?;
+    };
+    let info = url.into_connection_info().map_err(invalid)?;
     let mut settings = info
         .redis_settings()
         .clone()
@@ -83,14 +132,7 @@ pub(crate) fn client(url: &str, config: &LockConfig) -> Result<redis::Client, Lo
     if let Some(password) = config.password() {
         settings = settings.set_password(password);
     }
-    redis::Client::open(info.set_redis_settings(settings)).map_err(|e| {
-        LockError::config(format!(
-            "{}: invalid redis URL {}: {e}",
-            config.origin(),
-            redacted(url)
-        ))
-        .with_source(e)
-    })
+    redis::Client::open(info.set_redis_settings(settings)).map_err(invalid)
 }
 
 /// The URL without a password, for messages.

@@ -1,0 +1,85 @@
+//! Redis Cluster through the cluster client: scripts are routed by the lock's hash tag, wake-up
+//! channels are shard channels (SSUBSCRIBE / SPUBLISH) in the same slot, and the client
+//! follows failovers (slot refresh, reconnects, resubscription).
+
+use redis::cluster::ClusterClientBuilder;
+use redis::cluster_async::ClusterConnection;
+use redis::{ProtocolVersion, PushInfo};
+use tokio::sync::mpsc::UnboundedSender;
+
+use super::single::redacted;
+use crate::config::LockConfig;
+use crate::error::{ErrorKind, LockError};
+
+pub(super) struct Cluster {
+    pub(super) commands: ClusterConnection,
+    pub(super) subscriber: ClusterConnection,
+    /// For grants followed by `WAIT` (with `sync_replicas`).
+    pub(super) synced: Option<ClusterConnection>,
+}
+
+impl Cluster {
+    pub(super) async fn connect(
+        nodes: &[String],
+        config: &LockConfig,
+        push: UnboundedSender<PushInfo>,
+    ) -> Result<Cluster, LockError> {
+        let builder = || {
+            let mut b = ClusterClientBuilder::new(nodes.to_vec())
+                .use_protocol(ProtocolVersion::RESP3)
+                .connection_timeout(config.connect_timeout())
+                .response_timeout(config.response_timeout())
+                // fail over in ~0.1 s steps instead of the default 1.28 s
+                .retries(30)
+                .min_retry_wait(20)
+                .max_retry_wait(200)
+                .retry_wait_formula(20, 2);
+            if let Some(user) = config.username() {
+                b = b.username(user);
+            }
+            if let Some(password) = config.password() {
+                b = b.password(password);
+            }
+            b
+        };
+        let invalid = |e: redis::RedisError| {
+            LockError::config(format!(
+                "{}: invalid `redis.nodes` ({}): {e}",
+                config.origin(),
+                nodes
+                    .iter()
+                    .map(|n| redacted(n))
+                    .collect::<Vec<_>>()
+                    .join(", ")
+            ))
+            .with_source(e)
+        };
+        let commands_client = builder().build().map_err(invalid)?;
+        let subscriber_client = builder().push_sender(push).build().map_err(invalid)?;
+        let synced = config.sync_replicas() > 0;
+        let connect = async {
+            let commands = commands_client.get_async_connection().await?;
+            let subscriber = subscriber_client.get_async_connection().await?;
+            let synced = match synced {
+                true => Some(commands_client.get_async_connection().await?),
+                false => None,
+            };
+            Ok::<_, redis::RedisError>(Cluster {
+                commands,
+                subscriber,
+                synced,
+            })
+        };
+        match tokio::time::timeout(config.connect_timeout(), connect).await {
+            Ok(Ok(cluster)) => Ok(cluster),
+            Ok(Err(e)) => Err(LockError::backend("cannot connect to the redis cluster", e)),
+            Err(_) => Err(LockError::new(
+                ErrorKind::Backend,
+                format!(
+                    "cannot connect to the redis cluster within {:?} (redis.connect_timeout)",
+                    config.connect_timeout()
+                ),
+            )),
+        }
+    }
+}
