@@ -1,0 +1,127 @@
+//! `lock-bench`: measures `lock-runtime` against the raw-Redis floor, in the same run.
+//!
+//! It starts its own `redis-server` on a free loopback port (through the `lock-tests` harness)
+//! and runs four scenarios, each for our [`LockService`](lock_runtime::LockService) (and the
+//! `#[distributed_lock]` path where it applies) and for a baseline lock written with the plain
+//! `redis` crate (one EVALSHA of `SET NX PX` to acquire, one EVALSHA of compare-and-delete to
+//! release, waiters retry at once after `tokio::task::yield_now()`):
+//!
+//! | | scenario |
+//! |---|---|
+//! | S1 | uncontended latency: 1 task, acquire + release on one key |
+//! | S2 | uncontended throughput: 64 tasks, each on its own key |
+//! | S3 | contention: 16 workers on one key, critical sections on a shared counter |
+//! | S4 | wake-up latency: time from a release to the blocked waiter's acquire |
+//!
+//! Redis commands per operation come from `INFO commandstats` (commands run inside scripts
+//! included), reset with `CONFIG RESETSTAT` around each measured phase.
+//!
+//! Output: a table per scenario with ratios to the baseline and the targets' verdicts, then one
+//! `BENCH_JSON {...}` line per scenario. Numbers are reported, never asserted.
+//!
+//! ```text
+//! cargo run --release -p lock-bench            # full run, well under 2 minutes
+//! cargo run --release -p lock-bench -- --quick # a few seconds, for CI
+//! ```
+
+mod annotated;
+mod ctx;
+mod raw;
+mod report;
+mod s1;
+mod s2;
+mod s3;
+mod s4;
+
+use std::process::ExitCode;
+use std::time::Instant;
+
+use crate::ctx::{Ctx, Result};
+use crate::report::Scenario;
+
+const USAGE: &str = "usage: lock-bench [--quick]\n\n  --quick  short runs (a few seconds), for CI; \
+                     the numbers are noisier";
+
+fn main() -> ExitCode {
+    let mut quick = false;
+    for arg in std::env::args().skip(1) {
+        match arg.as_str() {
+            "--quick" => quick = true,
+            "-h" | "--help" => {
+                println!("{USAGE}");
+                return ExitCode::SUCCESS;
+            }
+            other => {
+                eprintln!("unknown argument `{other}`\n{USAGE}");
+                return ExitCode::from(2);
+            }
+        }
+    }
+    let runtime = match tokio::runtime::Builder::new_multi_thread()
+        .enable_all()
+        .build()
+    {
+        Ok(runtime) => runtime,
+        Err(e) => {
+            eprintln!("cannot start the tokio runtime: {e}");
+            return ExitCode::FAILURE;
+        }
+    };
+    match runtime.block_on(run(quick)) {
+        Ok(()) => ExitCode::SUCCESS,
+        Err(e) => {
+            eprintln!("lock-bench failed: {e}");
+            ExitCode::FAILURE
+        }
+    }
+}
+
+async fn run(quick: bool) -> Result<()> {
+    let started = Instant::now();
+    let ctx = Ctx::start(quick).await?;
+    let mode = if quick { "quick" } else { "full" };
+    let workers = std::thread::available_parallelism().map_or(0, |n| n.get());
+    println!(
+        "lock-bench ({mode}): redis-server {} at {}, tokio multi-thread runtime with {workers} \
+         workers, {} build",
+        ctx.redis_version,
+        ctx.url,
+        if cfg!(debug_assertions) {
+            "DEBUG (numbers not meaningful)"
+        } else {
+            "release"
+        }
+    );
+    println!(
+        "baseline: plain redis crate, one multiplexed connection; acquire = 1 EVALSHA of SET NX \
+         PX, release = 1 EVALSHA of compare-and-delete; a waiter retries at once after \
+         tokio::task::yield_now()"
+    );
+    let mut scenarios: Vec<Scenario> = Vec::new();
+    scenarios.push(s1::run(&ctx).await?);
+    scenarios[0].print();
+    scenarios.push(s2::run(&ctx).await?);
+    scenarios[1].print();
+    scenarios.push(s3::run(&ctx).await?);
+    scenarios[2].print();
+    scenarios.push(s4::run(&ctx).await?);
+    scenarios[3].print();
+
+    println!("\nTargets");
+    for s in &scenarios {
+        for t in &s.targets {
+            println!(
+                "  {:<3} {:<7} {} ({})",
+                s.id,
+                t.verdict(),
+                t.what,
+                t.measured
+            );
+        }
+    }
+    println!("\ntotal time {:.1} s\n", started.elapsed().as_secs_f64());
+    for s in &scenarios {
+        println!("{}", s.json_line(mode, &ctx.redis_version));
+    }
+    Ok(())
+}

@@ -1,0 +1,178 @@
+//! Samples, the human table, target verdicts and the JSON line of a scenario.
+
+use std::time::Duration;
+
+use serde_json::{Value, json};
+
+use crate::ctx::round2;
+
+/// Latencies in microseconds (signed: a wake-up can beat the release's reply).
+#[derive(Debug, Default, Clone)]
+pub(crate) struct Samples(Vec<f64>);
+
+impl Samples {
+    pub(crate) fn push(&mut self, d: Duration) {
+        self.0.push(d.as_secs_f64() * 1e6);
+    }
+
+    pub(crate) fn push_us(&mut self, us: f64) {
+        self.0.push(us);
+    }
+
+    pub(crate) fn extend(&mut self, other: &Samples) {
+        self.0.extend_from_slice(&other.0);
+    }
+
+    pub(crate) fn len(&self) -> usize {
+        self.0.len()
+    }
+
+    /// The `p`-quantile (nearest rank), 0 when empty.
+    pub(crate) fn pct(&self, p: f64) -> f64 {
+        if self.0.is_empty() {
+            return 0.0;
+        }
+        let mut sorted = self.0.clone();
+        sorted.sort_by(f64::total_cmp);
+        let rank = (p * sorted.len() as f64).ceil() as usize;
+        sorted[rank.clamp(1, sorted.len()) - 1]
+    }
+
+    pub(crate) fn median(&self) -> f64 {
+        self.pct(0.5)
+    }
+
+    pub(crate) fn max(&self) -> f64 {
+        self.pct(1.0)
+    }
+
+    /// Median, p99 and max for JSON.
+    pub(crate) fn json(&self) -> Value {
+        json!({
+            "n": self.len(),
+            "median_us": round2(self.median()),
+            "p99_us": round2(self.pct(0.99)),
+            "max_us": round2(self.max()),
+        })
+    }
+}
+
+/// A target of the issue and how this run fared.
+#[derive(Debug, Clone)]
+pub(crate) struct Target {
+    pub(crate) what: String,
+    pub(crate) measured: String,
+    pub(crate) met: bool,
+}
+
+impl Target {
+    pub(crate) fn new(what: impl Into<String>, measured: impl Into<String>, met: bool) -> Target {
+        Target {
+            what: what.into(),
+            measured: measured.into(),
+            met,
+        }
+    }
+
+    pub(crate) fn verdict(&self) -> &'static str {
+        if self.met { "met" } else { "MISSED" }
+    }
+}
+
+/// The result of one scenario: a table for people, a JSON line for machines.
+#[derive(Debug)]
+pub(crate) struct Scenario {
+    pub(crate) id: &'static str,
+    pub(crate) title: String,
+    pub(crate) headers: Vec<&'static str>,
+    pub(crate) rows: Vec<Vec<String>>,
+    pub(crate) notes: Vec<String>,
+    pub(crate) targets: Vec<Target>,
+    /// One object per variant.
+    pub(crate) variants: Vec<Value>,
+    /// Scenario-wide figures (e.g. the PING round trip).
+    pub(crate) extra: Value,
+}
+
+impl Scenario {
+    pub(crate) fn print(&self) {
+        println!("\n{} {}", self.id, self.title);
+        let mut widths: Vec<usize> = self.headers.iter().map(|h| h.len()).collect();
+        for row in &self.rows {
+            for (w, cell) in widths.iter_mut().zip(row) {
+                *w = (*w).max(cell.len());
+            }
+        }
+        let line = |cells: &mut dyn Iterator<Item = &str>| {
+            let mut out = String::from("  ");
+            for (i, (cell, w)) in cells.zip(&widths).enumerate() {
+                if i == 0 {
+                    out.push_str(&format!("{cell:<w$}"));
+                } else {
+                    out.push_str(&format!("  {cell:>w$}"));
+                }
+            }
+            println!("{}", out.trim_end());
+        };
+        line(&mut self.headers.iter().copied());
+        for row in &self.rows {
+            line(&mut row.iter().map(String::as_str));
+        }
+        for note in &self.notes {
+            println!("  note: {note}");
+        }
+        for t in &self.targets {
+            println!("  target: {}: {} -> {}", t.what, t.measured, t.verdict());
+        }
+    }
+
+    pub(crate) fn json_line(&self, mode: &str, redis_version: &str) -> String {
+        let targets: Vec<Value> = self
+            .targets
+            .iter()
+            .map(|t| json!({"target": t.what, "measured": t.measured, "met": t.met}))
+            .collect();
+        let line = json!({
+            "scenario": self.id,
+            "title": self.title,
+            "mode": mode,
+            "redis_version": redis_version,
+            "variants": self.variants,
+            "targets": targets,
+            "extra": self.extra,
+        });
+        format!("BENCH_JSON {line}")
+    }
+}
+
+/// `12.3` style.
+pub(crate) fn f1(x: f64) -> String {
+    format!("{x:.1}")
+}
+
+/// `1.23x` style.
+pub(crate) fn ratio(x: f64) -> String {
+    format!("{x:.2}x")
+}
+
+/// Per-operation count with two decimals.
+pub(crate) fn per_op(count: u64, ops: u64) -> String {
+    format!("{:.2}", count as f64 / ops.max(1) as f64)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn nearest_rank_quantiles() {
+        let mut s = Samples::default();
+        for i in 1..=100 {
+            s.push_us(f64::from(i));
+        }
+        assert_eq!(s.median(), 50.0);
+        assert_eq!(s.pct(0.99), 99.0);
+        assert_eq!(s.max(), 100.0);
+        assert_eq!(Samples::default().median(), 0.0);
+    }
+}

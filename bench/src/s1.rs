@@ -1,0 +1,140 @@
+//! S1, uncontended latency: one task, acquire + release on one key.
+//!
+//! The variants run in interleaved rounds (rotating the order) so that load from other
+//! processes hits them alike; median and p99 are over all pairs of a variant.
+
+use std::time::{Duration, Instant};
+
+use lock_runtime::LockService;
+use serde_json::json;
+
+use crate::annotated;
+use crate::ctx::{Counts, Ctx, LEASE, Result};
+use crate::raw::{self, Raw};
+use crate::report::{Samples, Scenario, Target, f1, per_op, ratio};
+
+const NAMES: [&str; 3] = ["baseline (raw redis)", "LockService", "annotated fn"];
+const WARMUP: usize = 200;
+/// The S1 target: our median at most this many times the baseline's.
+const TARGET: f64 = 1.10;
+
+struct Paths {
+    raw: Raw,
+    raw_key: String,
+    locks: LockService,
+}
+
+impl Paths {
+    async fn pair(&mut self, variant: usize) -> Result<()> {
+        match variant {
+            0 => {
+                let token = raw::token();
+                if !self.raw.try_acquire(&self.raw_key, &token).await? {
+                    return Err("S1 baseline: the key was held".into());
+                }
+                self.raw.release(&self.raw_key, &token).await
+            }
+            1 => {
+                let guard = self
+                    .locks
+                    .lock("bench:s1")
+                    .lease(LEASE)
+                    .wait(Duration::from_secs(2))
+                    .await?;
+                Ok(guard.release().await?)
+            }
+            _ => Ok(annotated::locked(1).await?),
+        }
+    }
+}
+
+pub(crate) async fn run(ctx: &Ctx) -> Result<Scenario> {
+    let (rounds, per_round) = if ctx.quick { (3, 100) } else { (10, 500) };
+    lock_runtime::init(ctx.config()).await?;
+    let mut paths = Paths {
+        raw: Raw::connect(&ctx.url).await?,
+        raw_key: raw::key("bench:s1"),
+        locks: ctx.service().await?,
+    };
+    for variant in 0..NAMES.len() {
+        for _ in 0..WARMUP {
+            paths.pair(variant).await?;
+        }
+    }
+    let mut samples = vec![Samples::default(); NAMES.len()];
+    let mut counts = vec![Counts::default(); NAMES.len()];
+    for round in 0..rounds {
+        for i in 0..NAMES.len() {
+            let variant = (round + i) % NAMES.len();
+            let (round_samples, round_counts) = ctx
+                .counted(async {
+                    let mut s = Samples::default();
+                    for _ in 0..per_round {
+                        let t = Instant::now();
+                        paths.pair(variant).await?;
+                        s.push(t.elapsed());
+                    }
+                    Ok(s)
+                })
+                .await?;
+            samples[variant].extend(&round_samples);
+            counts[variant].add(&round_counts);
+        }
+    }
+
+    let pairs = (rounds * per_round) as u64;
+    let base = samples[0].median();
+    let mut scenario = Scenario {
+        id: "S1",
+        title: format!(
+            "uncontended latency: 1 task, acquire+release on one key, {pairs} pairs per variant \
+             ({rounds} interleaved rounds)"
+        ),
+        headers: vec![
+            "variant",
+            "median us",
+            "p99 us",
+            "vs baseline",
+            "cmds/pair",
+            "round trips/pair",
+            "server us/pair",
+        ],
+        rows: Vec::new(),
+        notes: vec![
+            "cmds = every command Redis ran (INFO commandstats, commands inside scripts \
+             included); round trips = commands sent over the network"
+                .into(),
+        ],
+        targets: Vec::new(),
+        variants: Vec::new(),
+        extra: json!({}),
+    };
+    for (i, name) in NAMES.iter().enumerate() {
+        let (s, c) = (&samples[i], &counts[i]);
+        scenario.rows.push(vec![
+            (*name).into(),
+            f1(s.median()),
+            f1(s.pct(0.99)),
+            ratio(s.median() / base),
+            per_op(c.commands(), pairs),
+            per_op(c.requests(), pairs),
+            per_op(c.request_usec(), pairs),
+        ]);
+        scenario.variants.push(json!({
+            "variant": name,
+            "latency": s.json(),
+            "ratio_median_to_baseline": s.median() / base,
+            "ratio_p99_to_baseline": s.pct(0.99) / samples[0].pct(0.99),
+            "redis": c.json(pairs),
+        }));
+    }
+    for i in 1..NAMES.len() {
+        let r = samples[i].median() / base;
+        scenario.targets.push(Target::new(
+            format!("{} median <= {TARGET:.2}x baseline", NAMES[i]),
+            ratio(r),
+            r <= TARGET,
+        ));
+    }
+    Ok(scenario)
+}

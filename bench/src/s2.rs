@@ -1,0 +1,141 @@
+//! S2, uncontended throughput: 64 tasks, each on its own key, for a fixed time.
+//!
+//! Each variant runs in slices interleaved with the others (rotating the order); the rate is
+//! all pairs over all slice time. All tasks of a variant share one connection or one service,
+//! as one application instance would.
+
+use std::time::{Duration, Instant};
+
+use lock_runtime::LockService;
+use serde_json::json;
+use tokio::task::JoinSet;
+
+use crate::annotated;
+use crate::ctx::{Counts, Ctx, LEASE, Result};
+use crate::raw::{self, Raw};
+use crate::report::{Scenario, Target, per_op, ratio};
+
+const NAMES: [&str; 3] = ["baseline (raw redis)", "LockService", "annotated fn"];
+const TASKS: u64 = 64;
+/// The S2 target: our rate at least this fraction of the baseline's.
+const TARGET: f64 = 0.85;
+
+/// Runs `TASKS` tasks of `variant` until `slice` has passed; returns the pairs done.
+async fn slice(variant: usize, raw: &Raw, locks: &LockService, slice: Duration) -> Result<u64> {
+    let end = Instant::now() + slice;
+    let mut tasks = JoinSet::new();
+    for task in 0..TASKS {
+        let id = 1_000 + task;
+        let (mut raw, locks) = (raw.clone(), locks.clone());
+        tasks.spawn(async move {
+            let raw_key = raw::key(&format!("bench:s2:{id}"));
+            let lib_key = format!("bench:s2:{id}");
+            let mut pairs = 0u64;
+            while Instant::now() < end {
+                match variant {
+                    0 => {
+                        let token = raw::token();
+                        if !raw.try_acquire(&raw_key, &token).await? {
+                            return Err("S2 baseline: the key was held".into());
+                        }
+                        raw.release(&raw_key, &token).await?;
+                    }
+                    1 => {
+                        let guard = locks
+                            .lock(lib_key.as_str())
+                            .lease(LEASE)
+                            .wait(Duration::from_secs(2))
+                            .await?;
+                        guard.release().await?;
+                    }
+                    _ => annotated::locked(id).await?,
+                }
+                pairs += 1;
+            }
+            Ok::<_, crate::ctx::BoxError>(pairs)
+        });
+    }
+    let mut total = 0;
+    while let Some(done) = tasks.join_next().await {
+        total += done??;
+    }
+    Ok(total)
+}
+
+pub(crate) async fn run(ctx: &Ctx) -> Result<Scenario> {
+    let (slices, length) = if ctx.quick {
+        (2, Duration::from_millis(100))
+    } else {
+        (4, Duration::from_millis(500))
+    };
+    lock_runtime::init(ctx.config()).await?;
+    let raw = Raw::connect(&ctx.url).await?;
+    let locks = ctx.service().await?;
+    for variant in 0..NAMES.len() {
+        slice(variant, &raw, &locks, Duration::from_millis(100)).await?;
+    }
+    let mut pairs = [0u64; NAMES.len()];
+    let mut seconds = [0f64; NAMES.len()];
+    let mut counts = vec![Counts::default(); NAMES.len()];
+    for round in 0..slices {
+        for i in 0..NAMES.len() {
+            let variant = (round + i) % NAMES.len();
+            let started = Instant::now();
+            let (done, c) = ctx.counted(slice(variant, &raw, &locks, length)).await?;
+            seconds[variant] += started.elapsed().as_secs_f64();
+            pairs[variant] += done;
+            counts[variant].add(&c);
+        }
+    }
+
+    let rate = |i: usize| pairs[i] as f64 / seconds[i];
+    let mut scenario = Scenario {
+        id: "S2",
+        title: format!(
+            "uncontended throughput: {TASKS} tasks, each on its own key, {:.1} s per variant \
+             ({slices} interleaved slices)",
+            length.as_secs_f64() * slices as f64
+        ),
+        headers: vec![
+            "variant",
+            "pairs/s",
+            "vs baseline",
+            "cmds/pair",
+            "round trips/pair",
+            "server us/pair",
+        ],
+        rows: Vec::new(),
+        notes: Vec::new(),
+        targets: Vec::new(),
+        variants: Vec::new(),
+        extra: json!({}),
+    };
+    for (i, name) in NAMES.iter().enumerate() {
+        let c = &counts[i];
+        scenario.rows.push(vec![
+            (*name).into(),
+            format!("{:.0}", rate(i)),
+            ratio(rate(i) / rate(0)),
+            per_op(c.commands(), pairs[i]),
+            per_op(c.requests(), pairs[i]),
+            per_op(c.request_usec(), pairs[i]),
+        ]);
+        scenario.variants.push(json!({
+            "variant": name,
+            "pairs": pairs[i],
+            "seconds": seconds[i],
+            "pairs_per_s": rate(i),
+            "ratio_to_baseline": rate(i) / rate(0),
+            "redis": c.json(pairs[i]),
+        }));
+    }
+    for (i, name) in NAMES.iter().enumerate().skip(1) {
+        let r = rate(i) / rate(0);
+        scenario.targets.push(Target::new(
+            format!("{name} pairs/s >= {TARGET:.2}x baseline"),
+            ratio(r),
+            r >= TARGET,
+        ));
+    }
+    Ok(scenario)
+}
