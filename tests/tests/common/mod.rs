@@ -6,7 +6,7 @@ use std::process::Stdio;
 use std::time::{Duration, Instant};
 
 use lock_runtime::{LockConfig, LockService};
-use lock_tests::harness::{Kind, Topology, shared};
+use lock_tests::harness::{Kind, Spec, Topology, shared};
 use tokio::io::{AsyncBufReadExt, BufReader};
 
 /// A running topology and how to build lock services on it.
@@ -16,14 +16,97 @@ pub struct Fixture {
 
 impl Fixture {
     pub async fn single() -> Fixture {
+        Fixture::shared(Kind::Single).await
+    }
+
+    /// The topology of `kind` shared by the tests of this binary.
+    pub async fn shared(kind: Kind) -> Fixture {
         Fixture {
-            topo: shared(Kind::Single).await,
+            topo: shared(kind).await,
         }
     }
 
-    /// A configuration for this topology with a short watchdog, so renewal shows in tests.
+    /// A fixture on a topology of its own (for tests that kill or fail over nodes).
+    pub async fn own(spec: Spec) -> Fixture {
+        Fixture {
+            topo: Box::leak(Box::new(Topology::start(spec).await)),
+        }
+    }
+
+    pub fn kind(&self) -> Kind {
+        self.topo.spec().kind()
+    }
+
+    /// The topology as a lock configuration.
+    pub fn topology(&self) -> lock_runtime::Topology {
+        match self.kind() {
+            Kind::Single => lock_runtime::Topology::Single {
+                url: self.topo.url(),
+            },
+            Kind::MasterReplicas => lock_runtime::Topology::MasterSlave {
+                master: self.topo.master_url(),
+                replicas: self.topo.replica_urls(),
+            },
+            Kind::Sentinel => lock_runtime::Topology::Sentinel {
+                master_name: self.topo.master_name().to_owned(),
+                sentinels: self.topo.sentinel_urls(),
+            },
+            Kind::Cluster => lock_runtime::Topology::Cluster {
+                nodes: self.topo.node_urls(),
+            },
+        }
+    }
+
+    /// A configuration for this topology with the given watchdog timeout.
     pub fn config(&self, watchdog: Duration) -> LockConfig {
-        LockConfig::single(self.topo.url()).with_watchdog_timeout(watchdog)
+        LockConfig::new(self.topology()).with_watchdog_timeout(watchdog)
+    }
+
+    /// The same configuration as a file in `dir`, the way applications configure the mode.
+    pub fn config_file(
+        &self,
+        dir: &std::path::Path,
+        watchdog: Duration,
+        extra: &str,
+    ) -> std::path::PathBuf {
+        let list = |urls: Vec<String>| {
+            format!(
+                "[{}]",
+                urls.iter()
+                    .map(|u| format!("{u:?}"))
+                    .collect::<Vec<_>>()
+                    .join(", ")
+            )
+        };
+        let redis = match self.topology() {
+            lock_runtime::Topology::Single { url } => format!("mode = \"single\"\nurl = {url:?}"),
+            lock_runtime::Topology::MasterSlave { master, replicas } => {
+                format!(
+                    "mode = \"master-slave\"\nmaster = {master:?}\nreplicas = {}",
+                    list(replicas)
+                )
+            }
+            lock_runtime::Topology::Sentinel {
+                master_name,
+                sentinels,
+            } => {
+                format!(
+                    "mode = \"sentinel\"\nmaster_name = {master_name:?}\nsentinels = {}",
+                    list(sentinels)
+                )
+            }
+            lock_runtime::Topology::Cluster { nodes } => {
+                format!("mode = \"cluster\"\nnodes = {}", list(nodes))
+            }
+            other => panic!("unknown topology {other:?}"),
+        };
+        let text = format!(
+            "[redis]\n{redis}\n{extra}\n[lock]\nwatchdog_timeout = \"{}ms\"\n",
+            watchdog.as_millis()
+        );
+        let path = dir.join(format!("{}.toml", self.topology().mode()));
+        std::fs::write(&path, text).unwrap();
+        path
     }
 
     /// A new service (its own connections, watchdog, subscriber and waiter lines), like
@@ -34,8 +117,62 @@ impl Fixture {
             .expect("connect")
     }
 
+    /// A plain connection to the master (single, master-slave, sentinel's first master).
     pub fn redis(&self) -> redis::Connection {
         self.topo.conn(self.topo.master_port())
+    }
+
+    /// An async connection for raw commands on any key of this topology.
+    pub async fn raw(&self) -> Raw {
+        match self.kind() {
+            Kind::Cluster => {
+                let client = redis::cluster::ClusterClient::new(self.topo.node_urls()).unwrap();
+                Raw::Cluster(client.get_async_connection().await.unwrap())
+            }
+            Kind::Sentinel => {
+                let url = Topology::url_of(self.topo.current_master());
+                Raw::Single(
+                    redis::Client::open(url)
+                        .unwrap()
+                        .get_multiplexed_async_connection()
+                        .await
+                        .unwrap(),
+                )
+            }
+            _ => Raw::Single(
+                redis::Client::open(self.topo.master_url())
+                    .unwrap()
+                    .get_multiplexed_async_connection()
+                    .await
+                    .unwrap(),
+            ),
+        }
+    }
+}
+
+/// Raw commands on a single server or a cluster.
+pub enum Raw {
+    Single(redis::aio::MultiplexedConnection),
+    Cluster(redis::cluster_async::ClusterConnection),
+}
+
+impl Raw {
+    pub async fn get(&mut self, key: &str) -> Option<u64> {
+        let mut cmd = redis::cmd("GET");
+        cmd.arg(key);
+        match self {
+            Raw::Single(c) => cmd.query_async(c).await.unwrap(),
+            Raw::Cluster(c) => cmd.query_async(c).await.unwrap(),
+        }
+    }
+
+    pub async fn set(&mut self, key: &str, value: u64) {
+        let mut cmd = redis::cmd("SET");
+        cmd.arg(key).arg(value);
+        let _: () = match self {
+            Raw::Single(c) => cmd.query_async(c).await.unwrap(),
+            Raw::Cluster(c) => cmd.query_async(c).await.unwrap(),
+        };
     }
 }
 

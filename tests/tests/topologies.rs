@@ -1,0 +1,240 @@
+//! The same lock semantics on every topology: single node, static master-slave, sentinel and
+//! cluster. Each body below runs once per topology (see `topology_tests!` at the end).
+
+mod common;
+
+use std::time::{Duration, Instant};
+
+use common::{Fixture, Worker, eventually};
+use lock_runtime::{ErrorKind, LockConfig, LockService, OwnerId, owner};
+use lock_tests::harness::{Kind, unique_key};
+
+const WATCHDOG: Duration = Duration::from_millis(300);
+const LONG_WATCHDOG: Duration = Duration::from_secs(30);
+
+async fn processes_exclude_each_other_on_a_shared_counter(fx: Fixture) {
+    let dir = tempfile::tempdir().unwrap();
+    let config = fx.config_file(dir.path(), LONG_WATCHDOG, "");
+    let config = config.to_str().unwrap();
+    let (key, counter) = (unique_key("proc"), unique_key("counter"));
+    let workers: Vec<Worker> = (0..3)
+        .map(|_| Worker::spawn(&[config, "counter", &key, &counter, "40"]))
+        .collect();
+    for mut w in workers {
+        assert_eq!(w.line(Duration::from_secs(60)).await, "done");
+        assert!(w.success(Duration::from_secs(10)).await);
+    }
+    assert_eq!(
+        fx.raw().await.get(&counter).await,
+        Some(3 * 40),
+        "lost updates: two holders at once"
+    );
+}
+
+async fn an_owner_scope_reenters(fx: Fixture) {
+    let locks = fx.service(LONG_WATCHDOG).await;
+    let key = unique_key("reentry");
+    let (outer, inner) = owner::scope(OwnerId::new(), async {
+        let outer = locks.lock(&key).await.unwrap();
+        let inner = locks
+            .lock(&key)
+            .wait(Duration::from_millis(200))
+            .await
+            .unwrap();
+        (outer, inner)
+    })
+    .await;
+    assert_eq!(inner.fence(), outer.fence());
+    assert_eq!(locks.inspect(&key).await.unwrap().hold_count, 2);
+    assert_eq!(
+        locks.try_lock(&key).await.unwrap_err().kind(),
+        ErrorKind::Timeout
+    );
+    inner.release().await.unwrap();
+    assert!(locks.is_locked(&key).await.unwrap());
+    outer.release().await.unwrap();
+    assert!(!locks.is_locked(&key).await.unwrap());
+}
+
+async fn the_watchdog_renews_until_release(fx: Fixture) {
+    let locks = fx.service(WATCHDOG).await;
+    let keys: Vec<String> = (0..5)
+        .map(|i| unique_key(&format!("watchdog{i}")))
+        .collect();
+    let mut guards = Vec::new();
+    for key in &keys {
+        guards.push(locks.lock(key).await.unwrap());
+    }
+    tokio::time::sleep(WATCHDOG * 4).await;
+    for (key, guard) in keys.iter().zip(&guards) {
+        assert!(
+            locks.is_locked(key).await.unwrap(),
+            "{key} renewed (one batch per slot)"
+        );
+        assert!(!guard.is_lost());
+    }
+    for guard in guards {
+        guard.release().await.unwrap();
+    }
+    for key in &keys {
+        assert!(!locks.is_locked(key).await.unwrap());
+    }
+}
+
+async fn a_release_wakes_a_waiter_of_another_service(fx: Fixture) {
+    let holder = fx.service(LONG_WATCHDOG).await;
+    let waiter = fx.service(LONG_WATCHDOG).await;
+    let key = unique_key("wake");
+    let guard = holder.lock(&key).await.unwrap();
+    let (w, k) = (waiter.clone(), key.clone());
+    let waiting = tokio::spawn(async move {
+        w.lock(&k)
+            .wait(Duration::from_secs(20))
+            .await
+            .map(|g| (Instant::now(), g))
+    });
+    eventually("waiter registered", Duration::from_secs(5), || async {
+        holder.inspect(&key).await.unwrap().waiting_services == 1
+    })
+    .await;
+    tokio::time::sleep(Duration::from_millis(50)).await;
+    let released = Instant::now();
+    guard.release().await.unwrap();
+    let (acquired, g) = waiting.await.unwrap().unwrap();
+    assert!(
+        acquired - released < Duration::from_secs(2),
+        "woke after {:?}",
+        acquired - released
+    );
+    g.release().await.unwrap();
+}
+
+async fn fencing_tokens_strictly_increase(fx: Fixture) {
+    let a = fx.service(LONG_WATCHDOG).await;
+    let b = fx.service(LONG_WATCHDOG).await;
+    let key = unique_key("fence");
+    let mut tokens = Vec::new();
+    for round in 0..3 {
+        let g = a.lock(&key).await.unwrap();
+        tokens.push(g.fence());
+        g.release().await.unwrap();
+        let g = b.lock(&key).lease(Duration::from_millis(50)).await.unwrap();
+        tokens.push(g.fence());
+        if round == 1 {
+            assert!(b.force_unlock(&key).await.unwrap());
+        }
+        let g2 = a.lock(&key).wait(Duration::from_secs(2)).await.unwrap();
+        tokens.push(g2.fence());
+        g2.release().await.unwrap();
+        drop(g);
+    }
+    assert!(tokens.windows(2).all(|w| w[0] < w[1]), "{tokens:?}");
+}
+
+async fn the_annotated_path_runs_from_a_config_file(fx: Fixture) {
+    let dir = tempfile::tempdir().unwrap();
+    let config = fx.config_file(dir.path(), LONG_WATCHDOG, "");
+    let key = unique_key("annotated");
+    let mut worker = Worker::spawn(&[config.to_str().unwrap(), "annotated", &key]);
+    let line = worker.line(Duration::from_secs(30)).await;
+    let fields: Vec<&str> = line.split(' ').collect();
+    assert_eq!(fields[0], "ok", "{line}");
+    assert!(
+        fields[1].parse::<u64>().unwrap() > 0,
+        "a fencing token inside the body: {line}"
+    );
+    assert_eq!(
+        fields[2], "2",
+        "the nested annotated call re-entered: {line}"
+    );
+    assert!(worker.success(Duration::from_secs(10)).await);
+    let locks = fx.service(LONG_WATCHDOG).await;
+    assert!(
+        !locks.is_locked(&format!("order:{key}")).await.unwrap(),
+        "released after the call"
+    );
+}
+
+async fn replica_acknowledgements_guard_every_grant(fx: Fixture) {
+    let replicas = match fx.kind() {
+        Kind::Single => {
+            let err = LockService::connect(
+                fx.config(LONG_WATCHDOG)
+                    .with_sync_replicas(1, Duration::from_millis(100)),
+            )
+            .await
+            .unwrap_err();
+            assert_eq!(
+                err.kind(),
+                ErrorKind::Config,
+                "single mode has no replicas: {err}"
+            );
+            return;
+        }
+        Kind::Cluster => 1,
+        _ => 2,
+    };
+    let synced: LockService = LockService::connect(
+        fx.config(LONG_WATCHDOG)
+            .with_sync_replicas(replicas, Duration::from_millis(500)),
+    )
+    .await
+    .unwrap();
+    let key = unique_key("synced");
+    let guard = synced.lock(&key).await.unwrap();
+    // a hand-off is acknowledged too
+    let (s, k) = (synced.clone(), key.clone());
+    let next = tokio::spawn(async move { s.lock(&k).wait(Duration::from_secs(5)).await });
+    common::waiters_in_line(&synced, &key, 1).await;
+    guard.release().await.unwrap();
+    next.await.unwrap().unwrap().release().await.unwrap();
+
+    // more replicas than exist: every grant is given back with a distinct error
+    let config: LockConfig = fx
+        .config(LONG_WATCHDOG)
+        .with_sync_replicas(replicas + 3, Duration::from_millis(100));
+    let impossible = LockService::connect(config).await.unwrap();
+    let err = impossible
+        .lock(&key)
+        .wait(Duration::from_secs(2))
+        .await
+        .unwrap_err();
+    assert_eq!(err.kind(), ErrorKind::ReplicaSync, "{err}");
+    eventually(
+        "the unacknowledged grant was given back",
+        Duration::from_secs(2),
+        || async { !synced.is_locked(&key).await.unwrap() },
+    )
+    .await;
+}
+
+/// One `#[tokio::test]` per body and topology, in a module per topology.
+macro_rules! topology_tests {
+    ($($body:ident),* $(,)?) => {
+        topology_tests!(@kind single, Kind::Single, $($body),*);
+        topology_tests!(@kind master_slave, Kind::MasterReplicas, $($body),*);
+        topology_tests!(@kind sentinel, Kind::Sentinel, $($body),*);
+        topology_tests!(@kind cluster, Kind::Cluster, $($body),*);
+    };
+    (@kind $module:ident, $kind:expr, $($body:ident),*) => {
+        mod $module {
+            use super::*;
+            $(
+                #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+                async fn $body() {
+                    super::$body(Fixture::shared($kind).await).await;
+                }
+            )*
+        }
+    };
+}
+
+topology_tests!(
+    processes_exclude_each_other_on_a_shared_counter,
+    an_owner_scope_reenters,
+    the_watchdog_renews_until_release,
+    a_release_wakes_a_waiter_of_another_service,
+    fencing_tokens_strictly_increase,
+    the_annotated_path_runs_from_a_config_file,
+    replica_acknowledgements_guard_every_grant,
+);
