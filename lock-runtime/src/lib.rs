@@ -41,6 +41,14 @@
 //! | no polling | waiters sleep until a release message (one subscriber connection per service) or the lock's remaining lease |
 //! | cancellation | dropping a guard releases it in the background; a cancelled acquire gives back a late grant |
 //!
+//! # Features
+//!
+//! | feature | default | gives |
+//! |---|---|---|
+//! | `macros` | yes | the `#[distributed_lock]` attribute |
+//! | `tower` | no | `middleware::tower`: a lock-owner scope per request for axum / tower, request ids, `IntoResponse` for [`LockError`] |
+//! | `actix-web` | no | `middleware::actix`: the same for actix-web, `ResponseError` for [`LockError`] |
+//!
 //! # Data on Redis
 //!
 //! A lock `goods:42` with prefix `lock:` lives in the hash `lock:{goods:42}` (owner → hold
@@ -57,6 +65,8 @@ mod engine;
 mod error;
 mod guard;
 mod local;
+#[cfg(any(feature = "tower", feature = "actix-web"))]
+pub mod middleware;
 mod notify;
 pub mod owner;
 mod registry;

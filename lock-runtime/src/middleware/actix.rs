@@ -1,0 +1,246 @@
+//! actix-web middleware: each request in its own lock-owner scope.
+//!
+//! Wrap the app in [`OwnerScope`]; every `#[distributed_lock]` fn and
+//! [`LockService`](crate::LockService) call made while handling a request then acts as that
+//! request's owner. [`LockError`] implements [`ResponseError`] (409 for a lock timeout, 503
+//! when Redis is unavailable; see the [parent module](super)), so handlers can return it or an
+//! error that converts it.
+//!
+//! ```no_run
+//! use actix_web::{App, HttpServer, post, web};
+//! use lock_runtime::middleware::RequestId;
+//! use lock_runtime::middleware::actix::OwnerScope;
+//! use lock_runtime::{LockError, distributed_lock};
+//!
+//! #[distributed_lock(key = "goods:<id>", lease = "5s", wait = "2s")]
+//! async fn buy(id: u64) -> Result<String, LockError> {
+//!     // ... check and decrease the stock of `id` ...
+//!     Ok(format!("bought {id}"))
+//! }
+//!
+//! #[post("/goods/{id}/buy")]
+//! async fn buy_handler(id: web::Path<u64>, request: RequestId) -> Result<String, LockError> {
+//!     tracing::info!(%request, "buying");
+//!     buy(id.into_inner()).await // a timeout answers 409 {"error":"lock_timeout",...}
+//! }
+//!
+//! #[actix_web::main]
+//! async fn main() -> Result<(), Box<dyn std::error::Error>> {
+//!     // Before the server starts, so the service's connections live on the main runtime.
+//!     lock_runtime::init_from_file("lock.toml").await?;
+//!     HttpServer::new(|| App::new().wrap(OwnerScope::new()).service(buy_handler))
+//!         .bind("127.0.0.1:8080")?
+//!         .run()
+//!         .await?;
+//!     Ok(())
+//! }
+//! ```
+//!
+//! The scope covers the inner service's response future, which is where actix runs extractors
+//! and handlers. `wrap` it last (outermost) so that other middleware that takes locks runs
+//! inside it.
+
+use std::fmt;
+use std::future::{Future, Ready, ready};
+use std::pin::Pin;
+use std::rc::Rc;
+use std::task::{Context, Poll};
+
+use actix_web::body::BoxBody;
+use actix_web::dev::{Service, ServiceRequest, ServiceResponse, Transform, forward_ready};
+use actix_web::http::StatusCode;
+use actix_web::http::header::{CONTENT_TYPE, HeaderName, HeaderValue, RETRY_AFTER};
+use actix_web::{FromRequest, HttpMessage, HttpRequest, HttpResponse, ResponseError};
+use pin_project_lite::pin_project;
+use tokio::task::futures::TaskLocalFuture;
+use tracing::Instrument;
+use tracing::instrument::Instrumented;
+
+use super::response::Mapping;
+use super::{OwnerScopeConfig, REQUEST_ID_HEADER, RequestId, request_id_scope};
+use crate::error::LockError;
+use crate::owner::{self, OwnerId};
+
+/// The configuration with its header names parsed once.
+#[derive(Debug)]
+struct Shared {
+    config: OwnerScopeConfig,
+    names: Vec<HeaderName>,
+}
+
+/// Middleware factory: runs each request in its own lock-owner scope, with a [`RequestId`] in
+/// its extensions and echoed on its response. See the [module docs](self).
+///
+/// ```
+/// use lock_runtime::middleware::OwnerScopeConfig;
+/// use lock_runtime::middleware::actix::OwnerScope;
+///
+/// let default = OwnerScope::new(); // x-request-id, then req-id; fresh owner per request
+/// let custom = OwnerScope::with_config(OwnerScopeConfig::new().with_header("x-trace-id"));
+/// # let _ = (default, custom);
+/// ```
+#[derive(Debug, Clone)]
+pub struct OwnerScope {
+    shared: Rc<Shared>,
+}
+
+impl OwnerScope {
+    /// The middleware with [`OwnerScopeConfig::new`].
+    pub fn new() -> Self {
+        Self::with_config(OwnerScopeConfig::new())
+    }
+
+    /// The middleware with `config`.
+    pub fn with_config(config: OwnerScopeConfig) -> Self {
+        let names = config
+            .headers()
+            .into_iter()
+            // Already checked by the config; the fallback keeps the indexes aligned.
+            .map(|h| {
+                HeaderName::from_bytes(h.as_bytes())
+                    .unwrap_or(HeaderName::from_static(REQUEST_ID_HEADER))
+            })
+            .collect();
+        OwnerScope {
+            shared: Rc::new(Shared { config, names }),
+        }
+    }
+}
+
+impl Default for OwnerScope {
+    fn default() -> Self {
+        Self::new()
+    }
+}
+
+impl<S, B> Transform<S, ServiceRequest> for OwnerScope
+where
+    S: Service<ServiceRequest, Response = ServiceResponse<B>, Error = actix_web::Error>,
+{
+    type Response = ServiceResponse<B>;
+    type Error = actix_web::Error;
+    type Transform = OwnerScopeMiddleware<S>;
+    type InitError = ();
+    type Future = Ready<Result<Self::Transform, Self::InitError>>;
+
+    fn new_transform(&self, service: S) -> Self::Future {
+        ready(Ok(OwnerScopeMiddleware {
+            service,
+            shared: self.shared.clone(),
+        }))
+    }
+}
+
+/// The service [`OwnerScope`] wraps around the app.
+#[derive(Debug)]
+pub struct OwnerScopeMiddleware<S> {
+    service: S,
+    shared: Rc<Shared>,
+}
+
+impl<S, B> Service<ServiceRequest> for OwnerScopeMiddleware<S>
+where
+    S: Service<ServiceRequest, Response = ServiceResponse<B>, Error = actix_web::Error>,
+{
+    type Response = ServiceResponse<B>;
+    type Error = actix_web::Error;
+    type Future = ResponseFuture<S::Future>;
+
+    forward_ready!(service);
+
+    fn call(&self, mut request: ServiceRequest) -> Self::Future {
+        let headers = request.headers();
+        let started = self
+            .shared
+            .config
+            .start(|name| headers.get(name).map(HeaderValue::as_bytes));
+        let name = self.shared.names[started.echo_header].clone();
+        // Visible ASCII only, so this never fails.
+        let value = HeaderValue::from_str(started.id.as_str()).ok();
+        if let (false, Some(value)) = (started.from_client, &value) {
+            request.headers_mut().insert(name.clone(), value.clone());
+        }
+        request.extensions_mut().insert(started.id.clone());
+        let future = self.service.call(request);
+        ResponseFuture {
+            inner: owner::scope(started.owner, request_id_scope(started.id, future))
+                .instrument(started.span),
+            echo: value.map(|value| (name, value)),
+        }
+    }
+}
+
+pin_project! {
+    /// The response future of [`OwnerScopeMiddleware`]: the inner future inside the request's
+    /// owner scope; adds the request id header to the response.
+    pub struct ResponseFuture<F> {
+        #[pin]
+        inner: Instrumented<TaskLocalFuture<OwnerId, TaskLocalFuture<RequestId, F>>>,
+        echo: Option<(HeaderName, HeaderValue)>,
+    }
+}
+
+impl<F, B> Future for ResponseFuture<F>
+where
+    F: Future<Output = Result<ServiceResponse<B>, actix_web::Error>>,
+{
+    type Output = Result<ServiceResponse<B>, actix_web::Error>;
+
+    fn poll(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Self::Output> {
+        let this = self.project();
+        let mut response = match this.inner.poll(cx) {
+            Poll::Ready(result) => result?,
+            Poll::Pending => return Poll::Pending,
+        };
+        if let Some((name, value)) = this.echo.take()
+            && !response.headers().contains_key(&name)
+        {
+            response.headers_mut().insert(name, value);
+        }
+        Poll::Ready(Ok(response))
+    }
+}
+
+impl<F> fmt::Debug for ResponseFuture<F> {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("ResponseFuture")
+            .field("echo", &self.echo)
+            .finish_non_exhaustive()
+    }
+}
+
+/// A short JSON response: 409 for a lock timeout, 503 for a lost lock or an unavailable lock
+/// service, 500 otherwise; see the [parent module](super).
+impl ResponseError for LockError {
+    fn status_code(&self) -> StatusCode {
+        StatusCode::from_u16(Mapping::of(self).status).unwrap_or(StatusCode::INTERNAL_SERVER_ERROR)
+    }
+
+    fn error_response(&self) -> HttpResponse<BoxBody> {
+        let mapping = Mapping::of(self);
+        mapping.log(self);
+        let status =
+            StatusCode::from_u16(mapping.status).unwrap_or(StatusCode::INTERNAL_SERVER_ERROR);
+        let mut response = HttpResponse::build(status);
+        response.insert_header((CONTENT_TYPE, HeaderValue::from_static("application/json")));
+        if mapping.retry {
+            response.insert_header((RETRY_AFTER, HeaderValue::from_static("1")));
+        }
+        response.body(mapping.body(self))
+    }
+}
+
+/// Extracts the request id set by [`OwnerScope`]; without the middleware the request fails
+/// with 500.
+impl FromRequest for RequestId {
+    type Error = actix_web::Error;
+    type Future = Ready<Result<Self, Self::Error>>;
+
+    fn from_request(request: &HttpRequest, _payload: &mut actix_web::dev::Payload) -> Self::Future {
+        ready(request.extensions().get::<RequestId>().cloned().ok_or_else(|| {
+            actix_web::error::ErrorInternalServerError(
+                "RequestId is set by lock_runtime::middleware::actix::OwnerScope, which is not installed",
+            )
+        }))
+    }
+}

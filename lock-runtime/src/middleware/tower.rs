@@ -1,0 +1,263 @@
+//! Tower middleware (for axum and any tower stack): each request in its own lock-owner scope.
+//!
+//! Add [`OwnerScopeLayer`] to the router; every `#[distributed_lock]` fn and
+//! [`LockService`](crate::LockService) call made while handling a request then acts as that
+//! request's owner. Return [`LockError`] (or your own error that converts it) from handlers:
+//! it implements axum's `IntoResponse` (409 for a lock timeout, 503 when Redis is unavailable;
+//! see the [parent module](super)).
+//!
+//! ```no_run
+//! use axum::{Router, extract::Path, routing::post};
+//! use lock_runtime::middleware::RequestId;
+//! use lock_runtime::middleware::tower::OwnerScopeLayer;
+//! use lock_runtime::{LockError, distributed_lock};
+//!
+//! #[distributed_lock(key = "goods:<id>", lease = "5s", wait = "2s")]
+//! async fn buy(id: u64) -> Result<String, LockError> {
+//!     // ... check and decrease the stock of `id` ...
+//!     Ok(format!("bought {id}"))
+//! }
+//!
+//! async fn buy_handler(Path(id): Path<u64>, request: RequestId) -> Result<String, LockError> {
+//!     tracing::info!(%request, id, "buying");
+//!     buy(id).await // a timeout answers 409 {"error":"lock_timeout","key":"goods:7",...}
+//! }
+//!
+//! # async fn run() -> Result<(), Box<dyn std::error::Error>> {
+//! lock_runtime::init_from_file("lock.toml").await?;
+//! let app = Router::new()
+//!     .route("/goods/{id}/buy", post(buy_handler))
+//!     // Outermost of the layers that take locks, so that they all run in the request's scope.
+//!     .layer(OwnerScopeLayer::new());
+//! let listener = tokio::net::TcpListener::bind("127.0.0.1:3000").await?;
+//! axum::serve(listener, app).await?;
+//! # Ok(()) }
+//! ```
+//!
+//! The scope covers the inner service's response future, which is where axum runs extractors
+//! and handlers. Work a service does synchronously inside `Service::call`, before it returns
+//! its future, runs outside the scope.
+
+use std::fmt;
+use std::future::Future;
+use std::pin::Pin;
+use std::sync::Arc;
+use std::task::{Context, Poll, ready};
+
+use axum_core::body::Body;
+use axum_core::extract::FromRequestParts;
+use axum_core::response::{IntoResponse, Response};
+use http::header::{CONTENT_TYPE, RETRY_AFTER};
+use http::request::Parts;
+use http::{HeaderName, HeaderValue, Request, StatusCode};
+use pin_project_lite::pin_project;
+use tokio::task::futures::TaskLocalFuture;
+use tower_layer::Layer;
+use tower_service::Service;
+use tracing::Instrument;
+use tracing::instrument::Instrumented;
+
+use super::response::Mapping;
+use super::{OwnerScopeConfig, REQUEST_ID_HEADER, RequestId, request_id_scope};
+use crate::error::LockError;
+use crate::owner::{self, OwnerId};
+
+/// The configuration with its header names parsed once.
+#[derive(Debug)]
+struct Shared {
+    config: OwnerScopeConfig,
+    names: Vec<HeaderName>,
+}
+
+impl Shared {
+    fn new(config: OwnerScopeConfig) -> Arc<Shared> {
+        let names = config
+            .headers()
+            .into_iter()
+            // Already checked by the config; the fallback keeps the indexes aligned.
+            .map(|h| {
+                HeaderName::from_bytes(h.as_bytes())
+                    .unwrap_or(HeaderName::from_static(REQUEST_ID_HEADER))
+            })
+            .collect();
+        Arc::new(Shared { config, names })
+    }
+}
+
+/// A [`Layer`] that wraps services in [`OwnerScope`].
+///
+/// ```
+/// use lock_runtime::middleware::OwnerScopeConfig;
+/// use lock_runtime::middleware::tower::OwnerScopeLayer;
+///
+/// let default = OwnerScopeLayer::new(); // x-request-id, then req-id; fresh owner per request
+/// let custom = OwnerScopeLayer::with_config(OwnerScopeConfig::new().with_header("x-trace-id"));
+/// # let _ = (default, custom);
+/// ```
+#[derive(Debug, Clone)]
+pub struct OwnerScopeLayer {
+    shared: Arc<Shared>,
+}
+
+impl OwnerScopeLayer {
+    /// The layer with [`OwnerScopeConfig::new`].
+    pub fn new() -> Self {
+        Self::with_config(OwnerScopeConfig::new())
+    }
+
+    /// The layer with `config`.
+    pub fn with_config(config: OwnerScopeConfig) -> Self {
+        OwnerScopeLayer {
+            shared: Shared::new(config),
+        }
+    }
+}
+
+impl Default for OwnerScopeLayer {
+    fn default() -> Self {
+        Self::new()
+    }
+}
+
+impl<S> Layer<S> for OwnerScopeLayer {
+    type Service = OwnerScope<S>;
+
+    fn layer(&self, inner: S) -> OwnerScope<S> {
+        OwnerScope {
+            inner,
+            shared: self.shared.clone(),
+        }
+    }
+}
+
+/// Runs each request of the inner service in its own lock-owner scope, with a [`RequestId`]
+/// in its extensions and echoed on its response. See the [module docs](self).
+#[derive(Debug, Clone)]
+pub struct OwnerScope<S> {
+    inner: S,
+    shared: Arc<Shared>,
+}
+
+impl<S> OwnerScope<S> {
+    /// Wraps `inner` with `config`.
+    pub fn new(inner: S, config: OwnerScopeConfig) -> Self {
+        OwnerScope {
+            inner,
+            shared: Shared::new(config),
+        }
+    }
+
+    /// The wrapped service.
+    pub fn get_ref(&self) -> &S {
+        &self.inner
+    }
+
+    /// The wrapped service, mutably.
+    pub fn get_mut(&mut self) -> &mut S {
+        &mut self.inner
+    }
+
+    /// Unwraps the inner service.
+    pub fn into_inner(self) -> S {
+        self.inner
+    }
+}
+
+impl<S, ReqBody, ResBody> Service<Request<ReqBody>> for OwnerScope<S>
+where
+    S: Service<Request<ReqBody>, Response = http::Response<ResBody>>,
+{
+    type Response = S::Response;
+    type Error = S::Error;
+    type Future = ResponseFuture<S::Future>;
+
+    fn poll_ready(&mut self, cx: &mut Context<'_>) -> Poll<Result<(), Self::Error>> {
+        self.inner.poll_ready(cx)
+    }
+
+    fn call(&mut self, mut request: Request<ReqBody>) -> Self::Future {
+        let headers = request.headers();
+        let started = self
+            .shared
+            .config
+            .start(|name| headers.get(name).map(HeaderValue::as_bytes));
+        let name = self.shared.names[started.echo_header].clone();
+        // Visible ASCII only, so this never fails.
+        let value = HeaderValue::from_str(started.id.as_str()).ok();
+        if let (false, Some(value)) = (started.from_client, &value) {
+            request.headers_mut().insert(name.clone(), value.clone());
+        }
+        request.extensions_mut().insert(started.id.clone());
+        let future = self.inner.call(request);
+        ResponseFuture {
+            inner: owner::scope(started.owner, request_id_scope(started.id, future))
+                .instrument(started.span),
+            echo: value.map(|value| (name, value)),
+        }
+    }
+}
+
+pin_project! {
+    /// The response future of [`OwnerScope`]: the inner future inside the request's owner
+    /// scope; adds the request id header to the response.
+    pub struct ResponseFuture<F> {
+        #[pin]
+        inner: Instrumented<TaskLocalFuture<OwnerId, TaskLocalFuture<RequestId, F>>>,
+        echo: Option<(HeaderName, HeaderValue)>,
+    }
+}
+
+impl<F, ResBody, E> Future for ResponseFuture<F>
+where
+    F: Future<Output = Result<http::Response<ResBody>, E>>,
+{
+    type Output = Result<http::Response<ResBody>, E>;
+
+    fn poll(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Self::Output> {
+        let this = self.project();
+        let mut response = ready!(this.inner.poll(cx))?;
+        if let Some((name, value)) = this.echo.take() {
+            response.headers_mut().entry(name).or_insert(value);
+        }
+        Poll::Ready(Ok(response))
+    }
+}
+
+impl<F> fmt::Debug for ResponseFuture<F> {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("ResponseFuture")
+            .field("echo", &self.echo)
+            .finish_non_exhaustive()
+    }
+}
+
+/// A short JSON response: 409 for a lock timeout, 503 for a lost lock or an unavailable lock
+/// service, 500 otherwise; see the [parent module](super).
+impl IntoResponse for LockError {
+    fn into_response(self) -> Response {
+        let mapping = Mapping::of(&self);
+        mapping.log(&self);
+        let mut response = Response::new(Body::from(mapping.body(&self)));
+        *response.status_mut() =
+            StatusCode::from_u16(mapping.status).unwrap_or(StatusCode::INTERNAL_SERVER_ERROR);
+        let headers = response.headers_mut();
+        headers.insert(CONTENT_TYPE, HeaderValue::from_static("application/json"));
+        if mapping.retry {
+            headers.insert(RETRY_AFTER, HeaderValue::from_static("1"));
+        }
+        response
+    }
+}
+
+/// Extracts the request id set by [`OwnerScopeLayer`]; without the layer the request fails
+/// with 500.
+impl<S: Send + Sync> FromRequestParts<S> for RequestId {
+    type Rejection = (StatusCode, &'static str);
+
+    async fn from_request_parts(parts: &mut Parts, _state: &S) -> Result<Self, Self::Rejection> {
+        parts.extensions.get::<RequestId>().cloned().ok_or((
+            StatusCode::INTERNAL_SERVER_ERROR,
+            "RequestId is set by lock_runtime::middleware::tower::OwnerScopeLayer, which is not installed",
+        ))
+    }
+}
