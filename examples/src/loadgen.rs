@@ -1,0 +1,433 @@
+//! Concurrent purchases against shop instances, and the report of what happened.
+//!
+//! ```no_run
+//! use lock_examples::loadgen::{Endpoint, Load, Progress};
+//!
+//! # async fn demo() -> Result<(), String> {
+//! let load = Load {
+//!     targets: vec!["http://127.0.0.1:3000".into(), "http://127.0.0.1:3001".into()],
+//!     goods: 1,
+//!     stock: 10,
+//!     requests: 2000,
+//!     concurrency: 64,
+//!     endpoint: Endpoint::Locked,
+//!     progress: Progress::Quiet,
+//! };
+//! let report = lock_examples::loadgen::run(&load).await?;
+//! assert_eq!(report.oversold(), 0);
+//! println!("{report}");
+//! # Ok(()) }
+//! ```
+
+use std::collections::BTreeMap;
+use std::fmt;
+use std::io::{IsTerminal, Write};
+use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+
+use reqwest::header::CONTENT_TYPE;
+
+/// Which purchase endpoint to load.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Endpoint {
+    /// `POST /goods/{id}/buy`: under the distributed lock.
+    Locked,
+    /// `POST /goods/{id}/buy-unlocked`: the same steps without it.
+    Unlocked,
+}
+
+impl Endpoint {
+    fn path(self) -> &'static str {
+        match self {
+            Endpoint::Locked => "buy",
+            Endpoint::Unlocked => "buy-unlocked",
+        }
+    }
+
+    /// `locked` or `unlocked`.
+    pub fn name(self) -> &'static str {
+        match self {
+            Endpoint::Locked => "locked",
+            Endpoint::Unlocked => "unlocked",
+        }
+    }
+}
+
+/// How the run shows progress on stderr.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Progress {
+    /// Nothing.
+    Quiet,
+    /// One updating line on a terminal, a line per second otherwise.
+    Stderr,
+}
+
+/// What to fire.
+#[derive(Debug, Clone)]
+pub struct Load {
+    /// Base URLs of the instances (`http://127.0.0.1:3000`); request `i` goes to target
+    /// `i % targets.len()`.
+    pub targets: Vec<String>,
+    /// The goods to buy.
+    pub goods: u64,
+    /// The stock the goods get before the run.
+    pub stock: i64,
+    /// How many purchases.
+    pub requests: usize,
+    /// How many purchases in flight at once.
+    pub concurrency: usize,
+    /// Which endpoint.
+    pub endpoint: Endpoint,
+    /// Progress output.
+    pub progress: Progress,
+}
+
+/// What a run did.
+#[derive(Debug, Clone)]
+pub struct Report {
+    /// The endpoint loaded.
+    pub endpoint: Endpoint,
+    /// Number of instances.
+    pub instances: usize,
+    /// Purchases in flight at once.
+    pub concurrency: usize,
+    /// The stock before the run.
+    pub stock: i64,
+    /// Purchases sent.
+    pub requests: usize,
+    /// Purchases answered 200.
+    pub sold: u64,
+    /// Purchases answered 409 `sold_out`.
+    pub sold_out: u64,
+    /// Purchases answered 409 `lock_timeout`.
+    pub lock_timeouts: u64,
+    /// Everything else (transport errors, other statuses).
+    pub errors: u64,
+    /// The first few error descriptions.
+    pub error_samples: Vec<String>,
+    /// The stock after the run, as the shop reports it.
+    pub stock_left: i64,
+    /// The shop's own sold counter after the run.
+    pub sold_recorded: i64,
+    /// Units sold by each instance.
+    pub per_instance: BTreeMap<String, u64>,
+    /// Latency percentiles of all purchases: p50, p90, p99, max.
+    pub latency: [Duration; 4],
+    /// Wall time of the run.
+    pub elapsed: Duration,
+}
+
+impl Report {
+    /// Units sold beyond the stock: what the lock must keep at 0.
+    pub fn oversold(&self) -> u64 {
+        self.sold
+            .saturating_sub(u64::try_from(self.stock).unwrap_or(0))
+    }
+
+    /// One `key=value` line for scripts: `RESULT endpoint=locked requests=.. oversold=..`.
+    pub fn summary_line(&self) -> String {
+        let ms = |d: Duration| format!("{:.1}", d.as_secs_f64() * 1000.0);
+        format!(
+            "RESULT endpoint={} requests={} sold={} sold_out={} lock_timeout={} errors={} \
+             stock_left={} oversold={} p50_ms={} p90_ms={} p99_ms={}",
+            self.endpoint.name(),
+            self.requests,
+            self.sold,
+            self.sold_out,
+            self.lock_timeouts,
+            self.errors,
+            self.stock_left,
+            self.oversold(),
+            ms(self.latency[0]),
+            ms(self.latency[1]),
+            ms(self.latency[2]),
+        )
+    }
+}
+
+impl fmt::Display for Report {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        let ms = |d: Duration| format!("{:.1} ms", d.as_secs_f64() * 1000.0);
+        let secs = self.elapsed.as_secs_f64();
+        let path = self.endpoint.path();
+        writeln!(
+            f,
+            "{} endpoint (POST /goods/<id>/{path}): {} instances, {} purchases, {} at a time, stock {}",
+            self.endpoint.name(),
+            self.instances,
+            self.requests,
+            self.concurrency,
+            self.stock
+        )?;
+        let rate = self.requests as f64 / secs.max(1e-9);
+        writeln!(
+            f,
+            "  requests    {:>6}   in {secs:.2} s ({rate:.0} req/s)",
+            self.requests
+        )?;
+        let by: Vec<String> = self
+            .per_instance
+            .iter()
+            .map(|(i, n)| format!("{i}: {n}"))
+            .collect();
+        writeln!(f, "  sold        {:>6}   ({})", self.sold, by.join(", "))?;
+        writeln!(
+            f,
+            "  rejected    {:>6}   (sold out {}, lock timeout {})",
+            self.sold_out + self.lock_timeouts,
+            self.sold_out,
+            self.lock_timeouts
+        )?;
+        writeln!(f, "  errors      {:>6}", self.errors)?;
+        for sample in &self.error_samples {
+            writeln!(f, "                       {sample}")?;
+        }
+        writeln!(
+            f,
+            "  stock left  {:>6}   (sold counter in Redis: {})",
+            self.stock_left, self.sold_recorded
+        )?;
+        writeln!(f, "  oversold    {:>6}", self.oversold())?;
+        write!(
+            f,
+            "  latency     p50 {}   p90 {}   p99 {}   max {}",
+            ms(self.latency[0]),
+            ms(self.latency[1]),
+            ms(self.latency[2]),
+            ms(self.latency[3])
+        )
+    }
+}
+
+/// The outcome counters, shared by the workers and the progress printer.
+#[derive(Default)]
+struct Counters {
+    done: AtomicUsize,
+    sold: AtomicU64,
+    sold_out: AtomicU64,
+    lock_timeouts: AtomicU64,
+    errors: AtomicU64,
+}
+
+enum Outcome {
+    Sold(String),
+    SoldOut,
+    LockTimeout,
+    Error(String),
+}
+
+/// Restocks the goods, fires the purchases, reads the stock back and reports.
+///
+/// # Errors
+/// When the load is empty or the goods cannot be restocked or read back.
+pub async fn run(load: &Load) -> Result<Report, String> {
+    if load.targets.is_empty() || load.concurrency == 0 {
+        return Err("no targets or zero concurrency".into());
+    }
+    let client = reqwest::Client::builder()
+        .pool_max_idle_per_host(load.concurrency)
+        .timeout(Duration::from_secs(30))
+        .build()
+        .map_err(|e| format!("http client: {e}"))?;
+    let base = load.targets[0].trim_end_matches('/');
+    let goods_url = format!("{base}/goods/{}", load.goods);
+    let restocked = client
+        .put(&goods_url)
+        .header(CONTENT_TYPE, "application/json")
+        .body(format!("{{\"stock\":{}}}", load.stock))
+        .send()
+        .await
+        .map_err(|e| format!("restock {goods_url}: {e}"))?;
+    if !restocked.status().is_success() {
+        return Err(format!("restock {goods_url}: {}", restocked.status()));
+    }
+
+    let counters = Arc::new(Counters::default());
+    let next = Arc::new(AtomicUsize::new(0));
+    let per_instance = Arc::new(Mutex::new(BTreeMap::<String, u64>::new()));
+    let samples = Arc::new(Mutex::new(Vec::<String>::new()));
+    let urls: Arc<Vec<String>> = Arc::new(
+        load.targets
+            .iter()
+            .map(|t| {
+                format!(
+                    "{}/goods/{}/{}",
+                    t.trim_end_matches('/'),
+                    load.goods,
+                    load.endpoint.path()
+                )
+            })
+            .collect(),
+    );
+    let started = Instant::now();
+    let printer = (load.progress == Progress::Stderr).then(|| {
+        tokio::spawn(print_progress(
+            counters.clone(),
+            load.requests,
+            load.endpoint,
+        ))
+    });
+    let mut workers = Vec::new();
+    for _ in 0..load.concurrency.min(load.requests.max(1)) {
+        let (client, counters, next, urls) =
+            (client.clone(), counters.clone(), next.clone(), urls.clone());
+        let (per_instance, samples, total) = (per_instance.clone(), samples.clone(), load.requests);
+        workers.push(tokio::spawn(async move {
+            let mut latencies = Vec::new();
+            loop {
+                let i = next.fetch_add(1, Ordering::Relaxed);
+                if i >= total {
+                    return latencies;
+                }
+                let sent = Instant::now();
+                let outcome = purchase(&client, &urls[i % urls.len()]).await;
+                latencies.push(sent.elapsed());
+                match outcome {
+                    Outcome::Sold(instance) => {
+                        counters.sold.fetch_add(1, Ordering::Relaxed);
+                        *lock(&per_instance).entry(instance).or_default() += 1;
+                    }
+                    Outcome::SoldOut => _ = counters.sold_out.fetch_add(1, Ordering::Relaxed),
+                    Outcome::LockTimeout => {
+                        _ = counters.lock_timeouts.fetch_add(1, Ordering::Relaxed)
+                    }
+                    Outcome::Error(e) => {
+                        counters.errors.fetch_add(1, Ordering::Relaxed);
+                        let mut samples = lock(&samples);
+                        if samples.len() < 3 {
+                            samples.push(e);
+                        }
+                    }
+                }
+                counters.done.fetch_add(1, Ordering::Relaxed);
+            }
+        }));
+    }
+    let mut latencies = Vec::with_capacity(load.requests);
+    for worker in workers {
+        latencies.extend(worker.await.map_err(|e| format!("worker failed: {e}"))?);
+    }
+    let elapsed = started.elapsed();
+    if let Some(printer) = printer {
+        printer.abort();
+        let _ = printer.await;
+        let line = progress_line(&counters, load.requests, load.endpoint);
+        if std::io::stderr().is_terminal() {
+            eprintln!("\r{line}\x1b[K");
+        } else {
+            eprintln!("{line}");
+        }
+    }
+
+    let after = client
+        .get(&goods_url)
+        .send()
+        .await
+        .map_err(|e| format!("read back {goods_url}: {e}"))?
+        .text()
+        .await
+        .map_err(|e| format!("read back {goods_url}: {e}"))?;
+    let after: serde_json::Value =
+        serde_json::from_str(&after).map_err(|e| format!("read back {goods_url}: {e}: {after}"))?;
+    latencies.sort_unstable();
+    let per_instance = lock(&per_instance).clone();
+    let error_samples = lock(&samples).clone();
+    Ok(Report {
+        endpoint: load.endpoint,
+        instances: load.targets.len(),
+        concurrency: load.concurrency,
+        stock: load.stock,
+        requests: load.requests,
+        sold: counters.sold.load(Ordering::Relaxed),
+        sold_out: counters.sold_out.load(Ordering::Relaxed),
+        lock_timeouts: counters.lock_timeouts.load(Ordering::Relaxed),
+        errors: counters.errors.load(Ordering::Relaxed),
+        error_samples,
+        stock_left: after["stock"].as_i64().unwrap_or(-1),
+        sold_recorded: after["sold"].as_i64().unwrap_or(-1),
+        per_instance,
+        latency: [0.50, 0.90, 0.99, 1.0].map(|q| percentile(&latencies, q)),
+        elapsed,
+    })
+}
+
+async fn purchase(client: &reqwest::Client, url: &str) -> Outcome {
+    let response = match client.post(url).send().await {
+        Ok(response) => response,
+        Err(e) => return Outcome::Error(format!("POST {url}: {e}")),
+    };
+    let status = response.status().as_u16();
+    let body = response.text().await.unwrap_or_default();
+    let json: serde_json::Value = serde_json::from_str(&body).unwrap_or_default();
+    match (status, json["error"].as_str()) {
+        (200, _) => Outcome::Sold(json["instance"].as_str().unwrap_or("?").to_owned()),
+        (409, Some("sold_out")) => Outcome::SoldOut,
+        (409, Some("lock_timeout")) => Outcome::LockTimeout,
+        _ => Outcome::Error(format!(
+            "POST {url}: {status} {}",
+            body.chars().take(200).collect::<String>()
+        )),
+    }
+}
+
+fn lock<T>(mutex: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
+    mutex
+        .lock()
+        .unwrap_or_else(|poisoned| poisoned.into_inner())
+}
+
+/// Nearest-rank percentile of sorted values.
+fn percentile(sorted: &[Duration], q: f64) -> Duration {
+    if sorted.is_empty() {
+        return Duration::ZERO;
+    }
+    let rank = (q * sorted.len() as f64).ceil() as usize;
+    sorted[rank.clamp(1, sorted.len()) - 1]
+}
+
+fn progress_line(c: &Counters, total: usize, endpoint: Endpoint) -> String {
+    format!(
+        "  [{:>8}] {:>6}/{total}  sold {}  sold out {}  lock timeout {}  errors {}",
+        endpoint.name(),
+        c.done.load(Ordering::Relaxed),
+        c.sold.load(Ordering::Relaxed),
+        c.sold_out.load(Ordering::Relaxed),
+        c.lock_timeouts.load(Ordering::Relaxed),
+        c.errors.load(Ordering::Relaxed),
+    )
+}
+
+async fn print_progress(counters: Arc<Counters>, total: usize, endpoint: Endpoint) {
+    let live = std::io::stderr().is_terminal();
+    let every = if live {
+        Duration::from_millis(200)
+    } else {
+        Duration::from_secs(1)
+    };
+    loop {
+        tokio::time::sleep(every).await;
+        let line = progress_line(&counters, total, endpoint);
+        let mut err = std::io::stderr().lock();
+        if live {
+            let _ = write!(err, "\r{line}\x1b[K");
+            let _ = err.flush();
+        } else {
+            let _ = writeln!(err, "{line}");
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn nearest_rank_percentiles() {
+        let v: Vec<Duration> = (1..=100).map(Duration::from_millis).collect();
+        assert_eq!(percentile(&v, 0.5), Duration::from_millis(50));
+        assert_eq!(percentile(&v, 0.99), Duration::from_millis(99));
+        assert_eq!(percentile(&v, 1.0), Duration::from_millis(100));
+        assert_eq!(percentile(&[], 0.5), Duration::ZERO);
+    }
+}
