@@ -26,8 +26,14 @@ pub(crate) struct Ctx {
     pub(crate) url: String,
     pub(crate) quick: bool,
     pub(crate) redis_version: String,
-    stats: Mutex<redis::Connection>,
+    stats: Mutex<Stats>,
     _server: Topology,
+}
+
+struct Stats {
+    con: redis::Connection,
+    /// CPU seconds of this process and of redis-server at the last reset.
+    cpu_at_reset: (f64, f64),
 }
 
 impl Ctx {
@@ -41,7 +47,10 @@ impl Ctx {
             url: server.url(),
             quick,
             redis_version,
-            stats: Mutex::new(con),
+            stats: Mutex::new(Stats {
+                con,
+                cpu_at_reset: (0.0, 0.0),
+            }),
             _server: server,
         })
     }
@@ -56,21 +65,32 @@ impl Ctx {
         Ok(LockService::connect(self.config()).await?)
     }
 
-    /// `CONFIG RESETSTAT`: the counters start from zero.
+    /// `CONFIG RESETSTAT`: the counters start from zero; CPU times are noted.
     pub(crate) fn reset(&self) -> Result<()> {
-        self.query(|con| redis::cmd("CONFIG").arg("RESETSTAT").query::<()>(con))?;
-        Ok(())
+        self.with_stats(|stats| {
+            redis::cmd("CONFIG")
+                .arg("RESETSTAT")
+                .query::<()>(&mut stats.con)?;
+            let info: String = redis::cmd("INFO").arg("cpu").query(&mut stats.con)?;
+            stats.cpu_at_reset = (process_cpu(), server_cpu(&info));
+            Ok(())
+        })
     }
 
     /// The counters since the last [`reset`](Self::reset).
     pub(crate) fn read(&self) -> Result<Counts> {
-        let info: String = self.query(|con| {
-            redis::cmd("INFO")
+        self.with_stats(|stats| {
+            let info: String = redis::cmd("INFO")
                 .arg("stats")
                 .arg("commandstats")
-                .query(con)
-        })?;
-        Ok(Counts::parse(&info))
+                .arg("cpu")
+                .query(&mut stats.con)?;
+            let mut counts = Counts::parse(&info);
+            let (client, server) = stats.cpu_at_reset;
+            counts.client_cpu_us = ((process_cpu() - client) * 1e6).max(0.0) as u64;
+            counts.server_cpu_us = ((server_cpu(&info) - server) * 1e6).max(0.0) as u64;
+            Ok(counts)
+        })
     }
 
     /// Runs `phase` between a reset and a read of the counters.
@@ -83,13 +103,30 @@ impl Ctx {
         Ok((value, self.read()?))
     }
 
-    fn query<T>(
-        &self,
-        f: impl FnOnce(&mut redis::Connection) -> redis::RedisResult<T>,
-    ) -> Result<T> {
-        let mut con = self.stats.lock().map_err(|_| "stats connection poisoned")?;
-        Ok(tokio::task::block_in_place(|| f(&mut con))?)
+    fn with_stats<T>(&self, f: impl FnOnce(&mut Stats) -> redis::RedisResult<T>) -> Result<T> {
+        let mut stats = self.stats.lock().map_err(|_| "stats connection poisoned")?;
+        Ok(tokio::task::block_in_place(|| f(&mut stats))?)
     }
+}
+
+/// User + system CPU seconds of this process (all threads).
+fn process_cpu() -> f64 {
+    // SAFETY: getrusage only writes the struct it is given.
+    let usage = unsafe {
+        let mut usage: libc::rusage = std::mem::zeroed();
+        libc::getrusage(libc::RUSAGE_SELF, &mut usage);
+        usage
+    };
+    let secs = |t: libc::timeval| t.tv_sec as f64 + t.tv_usec as f64 / 1e6;
+    secs(usage.ru_utime) + secs(usage.ru_stime)
+}
+
+/// User + system CPU seconds of redis-server, from `INFO cpu`.
+fn server_cpu(info: &str) -> f64 {
+    ["used_cpu_user", "used_cpu_sys"]
+        .iter()
+        .filter_map(|f| info_field(info, f)?.parse::<f64>().ok())
+        .sum()
 }
 
 fn info_field<'a>(info: &'a str, name: &str) -> Option<&'a str> {
@@ -105,6 +142,10 @@ pub(crate) struct Counts {
     calls: BTreeMap<String, (u64, u64)>,
     /// `total_commands_processed`, less the bench's own commands.
     processed: u64,
+    /// CPU time of this process (the clients, every thread) during the phase.
+    pub(crate) client_cpu_us: u64,
+    /// CPU time of redis-server during the phase.
+    pub(crate) server_cpu_us: u64,
 }
 
 impl Counts {
@@ -147,6 +188,8 @@ impl Counts {
             entry.1 += usec;
         }
         self.processed += other.processed;
+        self.client_cpu_us += other.client_cpu_us;
+        self.server_cpu_us += other.server_cpu_us;
     }
 
     /// Every command Redis executed, those inside scripts included (INFO commandstats).
@@ -185,6 +228,8 @@ impl Counts {
             "total_commands_processed_per_op": per(self.processed),
             "requests_per_op": per(self.requests()),
             "server_us_per_op": per(self.request_usec()),
+            "client_cpu_us_per_op": per(self.client_cpu_us),
+            "redis_cpu_us_per_op": per(self.server_cpu_us),
             "by_command_per_op": by_command,
         })
     }

@@ -39,14 +39,27 @@ use std::time::Instant;
 use crate::ctx::{Ctx, Result};
 use crate::report::Scenario;
 
-const USAGE: &str = "usage: lock-bench [--quick]\n\n  --quick  short runs (a few seconds), for CI; \
-                     the numbers are noisier";
+const USAGE: &str = "usage: lock-bench [--quick] [--only S1,S2,S3,S4]
+
+  --quick  short runs (a few seconds), for CI; the numbers are noisier
+  --only   run only these scenarios (e.g. while profiling one of them)";
 
 fn main() -> ExitCode {
     let mut quick = false;
-    for arg in std::env::args().skip(1) {
+    let mut only: Option<Vec<String>> = None;
+    let mut args = std::env::args().skip(1);
+    while let Some(arg) = args.next() {
         match arg.as_str() {
             "--quick" => quick = true,
+            "--only" => match args.next() {
+                Some(list) => {
+                    only = Some(list.split(',').map(|s| s.trim().to_uppercase()).collect());
+                }
+                None => {
+                    eprintln!("--only needs a list such as S1,S3\n{USAGE}");
+                    return ExitCode::from(2);
+                }
+            },
             "-h" | "--help" => {
                 println!("{USAGE}");
                 return ExitCode::SUCCESS;
@@ -67,7 +80,13 @@ fn main() -> ExitCode {
             return ExitCode::FAILURE;
         }
     };
-    match runtime.block_on(run(quick)) {
+    let wanted = |id: &str| only.as_ref().is_none_or(|o| o.iter().any(|s| s == id));
+    let selected: Vec<&'static str> = SCENARIOS.into_iter().filter(|id| wanted(id)).collect();
+    if selected.is_empty() {
+        eprintln!("--only names no scenario\n{USAGE}");
+        return ExitCode::from(2);
+    }
+    match runtime.block_on(run(quick, &selected)) {
         Ok(()) => ExitCode::SUCCESS,
         Err(e) => {
             eprintln!("lock-bench failed: {e}");
@@ -76,7 +95,9 @@ fn main() -> ExitCode {
     }
 }
 
-async fn run(quick: bool) -> Result<()> {
+const SCENARIOS: [&str; 4] = ["S1", "S2", "S3", "S4"];
+
+async fn run(quick: bool, selected: &[&str]) -> Result<()> {
     let started = Instant::now();
     let ctx = Ctx::start(quick).await?;
     let mode = if quick { "quick" } else { "full" };
@@ -98,14 +119,16 @@ async fn run(quick: bool) -> Result<()> {
          tokio::task::yield_now()"
     );
     let mut scenarios: Vec<Scenario> = Vec::new();
-    scenarios.push(s1::run(&ctx).await?);
-    scenarios[0].print();
-    scenarios.push(s2::run(&ctx).await?);
-    scenarios[1].print();
-    scenarios.push(s3::run(&ctx).await?);
-    scenarios[2].print();
-    scenarios.push(s4::run(&ctx).await?);
-    scenarios[3].print();
+    for id in selected {
+        let scenario = match *id {
+            "S1" => s1::run(&ctx).await?,
+            "S2" => s2::run(&ctx).await?,
+            "S3" => s3::run(&ctx).await?,
+            _ => s4::run(&ctx).await?,
+        };
+        scenario.print();
+        scenarios.push(scenario);
+    }
 
     println!("\nTargets");
     for s in &scenarios {

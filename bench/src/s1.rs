@@ -97,12 +97,16 @@ pub(crate) async fn run(ctx: &Ctx) -> Result<Scenario> {
             "vs baseline",
             "cmds/pair",
             "round trips/pair",
-            "server us/pair",
+            "script us/pair",
+            "client CPU us/pair",
+            "redis CPU us/pair",
         ],
         rows: Vec::new(),
         notes: vec![
             "cmds = every command Redis ran (INFO commandstats, commands inside scripts \
-             included); round trips = commands sent over the network"
+             included); round trips = commands sent over the network; script us = server time inside \
+             EVALSHA (commandstats); CPU = user+sys of this process (all client threads) and of \
+             redis-server over the phase"
                 .into(),
         ],
         targets: Vec::new(),
@@ -119,6 +123,8 @@ pub(crate) async fn run(ctx: &Ctx) -> Result<Scenario> {
             per_op(c.commands(), pairs),
             per_op(c.requests(), pairs),
             per_op(c.request_usec(), pairs),
+            per_op(c.client_cpu_us, pairs),
+            per_op(c.server_cpu_us, pairs),
         ]);
         scenario.variants.push(json!({
             "variant": name,

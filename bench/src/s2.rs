@@ -102,7 +102,9 @@ pub(crate) async fn run(ctx: &Ctx) -> Result<Scenario> {
             "vs baseline",
             "cmds/pair",
             "round trips/pair",
-            "server us/pair",
+            "script us/pair",
+            "client CPU us/pair",
+            "redis CPU us/pair",
         ],
         rows: Vec::new(),
         notes: Vec::new(),
@@ -119,6 +121,8 @@ pub(crate) async fn run(ctx: &Ctx) -> Result<Scenario> {
             per_op(c.commands(), pairs[i]),
             per_op(c.requests(), pairs[i]),
             per_op(c.request_usec(), pairs[i]),
+            per_op(c.client_cpu_us, pairs[i]),
+            per_op(c.server_cpu_us, pairs[i]),
         ]);
         scenario.variants.push(json!({
             "variant": name,

@@ -176,6 +176,8 @@ pub(crate) async fn run(ctx: &Ctx) -> Result<Scenario> {
             "counter",
             "cmds/CS",
             "round trips/CS",
+            "client CPU us/CS",
+            "redis CPU us/CS",
         ],
         rows: Vec::new(),
         notes: vec![
@@ -211,6 +213,8 @@ pub(crate) async fn run(ctx: &Ctx) -> Result<Scenario> {
             ),
             per_op(o.counts.commands(), o.grants),
             per_op(o.counts.requests(), o.grants),
+            per_op(o.counts.client_cpu_us, o.grants),
+            per_op(o.counts.server_cpu_us, o.grants),
         ]);
         scenario.variants.push(json!({
             "variant": kind.name(),
