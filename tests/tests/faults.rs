@@ -123,12 +123,12 @@ async fn contend(
                                 *m = (*m).max(guard.fence());
                             }
                             tally.grants.fetch_add(1, Ordering::SeqCst);
-                            if let Some(at) = *killed.lock().unwrap() {
-                                if tally.grants_after_kill.fetch_add(1, Ordering::SeqCst) == 0 {
-                                    tally
-                                        .recovered_after_ms
-                                        .store(at.elapsed().as_millis() as u64, Ordering::SeqCst);
-                                }
+                            let killed_at = *killed.lock().unwrap();
+                            if let Some(at) = killed_at
+                                && tally.grants_after_kill.fetch_add(1, Ordering::SeqCst) == 0
+                            {
+                                let ms = at.elapsed().as_millis() as u64;
+                                tally.recovered_after_ms.store(ms, Ordering::SeqCst);
                             }
                             tokio::time::sleep(Duration::from_millis(2)).await;
                             inside[&key].fetch_sub(1, Ordering::SeqCst);
