@@ -29,7 +29,10 @@ impl<S: tracing::Subscriber> Layer<S> for Recorder {
     fn on_new_span(&self, attrs: &Attributes<'_>, id: &Id, _: Context<'_, S>) {
         let mut fields = HashMap::new();
         attrs.record(&mut Fields(&mut fields));
-        self.0.lock().unwrap().insert(id.into_u64(), (attrs.metadata().name().to_owned(), fields));
+        self.0
+            .lock()
+            .unwrap()
+            .insert(id.into_u64(), (attrs.metadata().name().to_owned(), fields));
     }
 
     fn on_record(&self, id: &Id, values: &Record<'_>, _: Context<'_, S>) {
