@@ -1,0 +1,173 @@
+#!/usr/bin/env bash
+# The flash-sale demo: three shop instances (separate processes) sell goods with stock 10 from
+# one Redis while a few thousand concurrent purchases arrive, first through the endpoint guarded
+# by #[distributed_lock], then through the same code without the lock.
+#
+#   bash scripts/demo.sh            # 3000 purchases per endpoint, release build
+#   bash scripts/demo.sh --quick    # 600 purchases, debug build (also: DEMO_QUICK=1), for CI
+#
+# Installs redis-server with apt when it is missing, starts a private redis-server on a free
+# loopback port in a temporary directory, and stops everything it started when it exits.
+# Exits non-zero unless the locked endpoint oversold nothing and the unlocked one oversold.
+#
+# Environment: DEMO_REQUESTS, DEMO_CONCURRENCY, DEMO_STOCK override the load; REDIS_SERVER_BIN
+# and REDIS_CLI_BIN the binaries.
+set -euo pipefail
+
+cd "$(dirname "${BASH_SOURCE[0]}")/.."
+
+quick="${DEMO_QUICK:-0}"
+for arg in "$@"; do
+    case "$arg" in
+        --quick) quick=1 ;;
+        -h | --help)
+            sed -n '2,15p' "${BASH_SOURCE[0]}" | sed 's/^# \{0,1\}//'
+            exit 0
+            ;;
+        *)
+            echo "unknown argument: $arg (try --help)" >&2
+            exit 2
+            ;;
+    esac
+done
+
+if [ "$quick" = 1 ]; then
+    requests="${DEMO_REQUESTS:-600}"
+    concurrency="${DEMO_CONCURRENCY:-32}"
+    profile=dev
+    profile_dir=debug
+else
+    requests="${DEMO_REQUESTS:-3000}"
+    concurrency="${DEMO_CONCURRENCY:-64}"
+    profile=release
+    profile_dir=release
+fi
+stock="${DEMO_STOCK:-10}"
+instances=3
+redis_server="${REDIS_SERVER_BIN:-redis-server}"
+redis_cli="${REDIS_CLI_BIN:-redis-cli}"
+
+step() {
+    printf '\n==> %s\n' "$*"
+}
+
+have() {
+    command -v "$1" >/dev/null 2>&1
+}
+
+# --- Redis -----------------------------------------------------------------------------------
+
+if ! have "$redis_server" || ! have "$redis_cli"; then
+    sudo=()
+    if [ "$(id -u)" -ne 0 ]; then
+        if have sudo; then
+            sudo=(sudo)
+        else
+            echo "redis-server is missing and this is not root (no sudo): install" \
+                "redis-server and redis-tools" >&2
+            exit 1
+        fi
+    fi
+    step "installing redis-server redis-sentinel redis-tools (apt)"
+    ${sudo[@]+"${sudo[@]}"} env DEBIAN_FRONTEND=noninteractive apt-get update
+    ${sudo[@]+"${sudo[@]}"} env DEBIAN_FRONTEND=noninteractive apt-get install -y \
+        --no-install-recommends redis-server redis-sentinel redis-tools
+fi
+
+work="$(mktemp -d "${TMPDIR:-/tmp}/lock-demo.XXXXXX")"
+pids=()
+
+cleanup() {
+    local status=$?
+    trap - EXIT INT TERM
+    if [ "${#pids[@]}" -gt 0 ]; then
+        echo
+        echo "stopping ${#pids[@]} process(es) the demo started"
+        kill "${pids[@]}" 2>/dev/null || true
+        wait "${pids[@]}" 2>/dev/null || true
+    fi
+    rm -rf "$work"
+    exit "$status"
+}
+trap cleanup EXIT
+trap 'exit 130' INT
+trap 'exit 143' TERM
+
+port_in_use() {
+    (exec 3<>"/dev/tcp/127.0.0.1/$1") 2>/dev/null
+}
+
+start_redis() {
+    local attempt port pid
+    for attempt in 1 2 3 4 5 6 7 8 9 10; do
+        port=$((20000 + RANDOM % 40000))
+        port_in_use "$port" && continue
+        "$redis_server" --port "$port" --bind 127.0.0.1 --save '' --appendonly no \
+            --dir "$work" --logfile "$work/redis.log" &
+        pid=$!
+        for _ in $(seq 50); do
+            if [ "$("$redis_cli" -p "$port" ping 2>/dev/null)" = PONG ]; then
+                pids+=("$pid")
+                redis_port=$port
+                return 0
+            fi
+            kill -0 "$pid" 2>/dev/null || break # lost the port to someone else: next one
+            sleep 0.1
+        done
+        kill "$pid" 2>/dev/null || true
+        wait "$pid" 2>/dev/null || true
+    done
+    echo "could not start redis-server (see $work/redis.log)" >&2
+    return 1
+}
+
+step "starting a private redis-server"
+start_redis
+echo "redis-server $("$redis_server" --version | sed -n 's/.*v=\([^ ]*\).*/\1/p') on 127.0.0.1:$redis_port"
+sed "s#redis://127.0.0.1:6379#redis://127.0.0.1:$redis_port#" examples/config/single.toml \
+    >"$work/lock.toml"
+
+# --- the shop --------------------------------------------------------------------------------
+
+step "building shop-axum and loadgen ($profile profile)"
+cargo build --profile "$profile" -p lock-examples --bin shop-axum --bin loadgen
+target_dir="$(cargo metadata --format-version 1 --no-deps |
+    sed -n 's/.*"target_directory":"\([^"]*\)".*/\1/p')"
+bin="$target_dir/$profile_dir"
+
+step "starting $instances shop-axum instances"
+targets=()
+for i in $(seq "$instances"); do
+    "$bin/shop-axum" --config "$work/lock.toml" --listen 127.0.0.1:0 --instance "shop-$i" \
+        >"$work/shop-$i.log" 2>&1 &
+    pids+=("$!")
+    url=""
+    for _ in $(seq 300); do
+        url="$(sed -n 's/^listening on //p' "$work/shop-$i.log")"
+        [ -n "$url" ] && break
+        if ! kill -0 "${pids[-1]}" 2>/dev/null; then
+            cat "$work/shop-$i.log" >&2
+            exit 1
+        fi
+        sleep 0.1
+    done
+    if [ -z "$url" ]; then
+        echo "shop-$i did not start within 30 s:" >&2
+        cat "$work/shop-$i.log" >&2
+        exit 1
+    fi
+    echo "shop-$i (pid ${pids[-1]}) on $url"
+    targets+=(--target "$url")
+done
+
+# --- the load --------------------------------------------------------------------------------
+
+step "$requests purchases of goods with stock $stock, $concurrency at a time, round-robin over the instances"
+status=0
+"$bin/loadgen" "${targets[@]}" --requests "$requests" --concurrency "$concurrency" \
+    --stock "$stock" --goods 1 --endpoint both --check || status=$?
+if [ "$status" -eq 0 ]; then
+    echo
+    echo "With #[distributed_lock] the $instances processes sold exactly the stock; without it they oversold."
+fi
+exit "$status"
