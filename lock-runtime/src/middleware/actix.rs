@@ -28,7 +28,8 @@
 //! async fn main() -> Result<(), Box<dyn std::error::Error>> {
 //!     // Before the server starts, so the service's connections live on the main runtime.
 //!     lock_runtime::init_from_file("lock.toml").await?;
-//!     HttpServer::new(|| App::new().wrap(OwnerScope::new()).service(buy_handler))
+//!     let scope = OwnerScope::new(); // Send + Sync: build it once, clone it per worker
+//!     HttpServer::new(move || App::new().wrap(scope.clone()).service(buy_handler))
 //!         .bind("127.0.0.1:8080")?
 //!         .run()
 //!         .await?;
@@ -43,7 +44,7 @@
 use std::fmt;
 use std::future::{Future, Ready, ready};
 use std::pin::Pin;
-use std::rc::Rc;
+use std::sync::Arc;
 use std::task::{Context, Poll};
 
 use actix_web::body::BoxBody;
@@ -81,7 +82,7 @@ struct Shared {
 /// ```
 #[derive(Debug, Clone)]
 pub struct OwnerScope {
-    shared: Rc<Shared>,
+    shared: Arc<Shared>,
 }
 
 impl OwnerScope {
@@ -102,7 +103,7 @@ impl OwnerScope {
             })
             .collect();
         OwnerScope {
-            shared: Rc::new(Shared { config, names }),
+            shared: Arc::new(Shared { config, names }),
         }
     }
 }
@@ -135,7 +136,7 @@ where
 #[derive(Debug)]
 pub struct OwnerScopeMiddleware<S> {
     service: S,
-    shared: Rc<Shared>,
+    shared: Arc<Shared>,
 }
 
 impl<S, B> Service<ServiceRequest> for OwnerScopeMiddleware<S>
@@ -242,5 +243,80 @@ impl FromRequest for RequestId {
                 "RequestId is set by lock_runtime::middleware::actix::OwnerScope, which is not installed",
             )
         }))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use actix_web::test::{TestRequest, call_and_read_body, call_service, init_service};
+    use actix_web::{App, HttpResponse, web};
+
+    use super::*;
+
+    /// Answers `<owner> <request id from the extractor>`.
+    async fn who(id: RequestId) -> String {
+        format!("{} {id}", owner::current())
+    }
+
+    #[actix_web::test]
+    async fn each_request_gets_its_own_owner_and_the_id_is_echoed() {
+        let app = init_service(
+            App::new()
+                .wrap(OwnerScope::new())
+                .route("/", web::get().to(who)),
+        )
+        .await;
+        let response = call_service(&app, TestRequest::get().uri("/").to_request()).await;
+        let made = response
+            .headers()
+            .get("x-request-id")
+            .unwrap()
+            .to_str()
+            .unwrap()
+            .to_owned();
+        assert_eq!(made.len(), 36);
+        let forged = || {
+            TestRequest::get()
+                .uri("/")
+                .insert_header(("req-id", "same"))
+                .to_request()
+        };
+        let response = call_service(&app, forged()).await;
+        assert_eq!(response.headers().get("req-id").unwrap(), "same");
+        let one = call_and_read_body(&app, forged()).await;
+        let two = call_and_read_body(&app, forged()).await;
+        assert!(one.ends_with(b" same") && two.ends_with(b" same"));
+        assert_ne!(one, two, "the same id is not the same owner");
+    }
+
+    #[actix_web::test]
+    async fn a_trusted_id_is_the_owner_and_handler_headers_are_kept() {
+        let config = OwnerScopeConfig::new().trust_request_id_as_owner();
+        let app = init_service(
+            App::new()
+                .wrap(OwnerScope::with_config(config))
+                .route("/", web::get().to(who))
+                .route(
+                    "/own",
+                    web::get().to(|| async {
+                        HttpResponse::Ok()
+                            .insert_header(("x-request-id", "mine"))
+                            .finish()
+                    }),
+                ),
+        )
+        .await;
+        let request = TestRequest::get()
+            .uri("/")
+            .insert_header(("x-request-id", "r-1"));
+        assert_eq!(
+            call_and_read_body(&app, request.to_request()).await,
+            "request:r-1 r-1"
+        );
+        let request = TestRequest::get()
+            .uri("/own")
+            .insert_header(("x-request-id", "r-2"));
+        let response = call_service(&app, request.to_request()).await;
+        assert_eq!(response.headers().get("x-request-id").unwrap(), "mine");
     }
 }

@@ -261,3 +261,82 @@ impl<S: Send + Sync> FromRequestParts<S> for RequestId {
         ))
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use axum::Router;
+    use axum::routing::get;
+    use http::HeaderMap;
+
+    use super::*;
+
+    async fn call(
+        service: &mut OwnerScope<Router>,
+        headers: &[(&str, &str)],
+    ) -> http::Response<Body> {
+        let mut request = Request::builder().uri("/");
+        for (name, value) in headers {
+            request = request.header(*name, *value);
+        }
+        service
+            .call(request.body(Body::empty()).unwrap())
+            .await
+            .unwrap()
+    }
+
+    async fn text(response: http::Response<Body>) -> String {
+        let bytes = axum::body::to_bytes(response.into_body(), 1024)
+            .await
+            .unwrap();
+        String::from_utf8(bytes.to_vec()).unwrap()
+    }
+
+    /// Answers `<owner> <request id from the extension> <x-request-id header it saw>`.
+    fn app() -> Router {
+        Router::new().route(
+            "/",
+            get(|id: RequestId, headers: HeaderMap| async move {
+                let seen = headers
+                    .get("x-request-id")
+                    .map(|v| v.to_str().unwrap().to_owned());
+                format!("{} {id} {}", owner::current(), seen.unwrap_or_default())
+            }),
+        )
+    }
+
+    #[tokio::test]
+    async fn each_request_gets_its_own_owner_and_a_made_id_is_passed_on() {
+        let mut service = OwnerScopeLayer::new().layer(app());
+        let one = call(&mut service, &[]).await;
+        let made = one.headers()["x-request-id"].to_str().unwrap().to_owned();
+        let one = text(one).await;
+        let parts: Vec<&str> = one.split(' ').collect();
+        assert_eq!(
+            parts[1..],
+            [&*made, &*made],
+            "extension and request header carry it"
+        );
+        let two = text(call(&mut service, &[("x-request-id", &made)]).await).await;
+        assert_ne!(
+            two.split(' ').next(),
+            Some(parts[0]),
+            "the same id is not the same owner"
+        );
+    }
+
+    #[tokio::test]
+    async fn a_trusted_id_is_the_owner() {
+        let config = OwnerScopeConfig::new().trust_request_id_as_owner();
+        let mut service = OwnerScope::new(app(), config);
+        let body = text(call(&mut service, &[("req-id", "r-1")]).await).await;
+        assert_eq!(body, "request:r-1 r-1 ");
+    }
+
+    #[tokio::test]
+    async fn a_response_header_the_handler_set_is_kept() {
+        let handler = || async { ([("x-request-id", "from-handler")], "ok") };
+        let mut service = OwnerScopeLayer::new().layer(Router::new().route("/", get(handler)));
+        let response = call(&mut service, &[("x-request-id", "from-client")]).await;
+        assert_eq!(response.headers()["x-request-id"], "from-handler");
+    }
+}
