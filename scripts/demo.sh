@@ -77,6 +77,7 @@ fi
 work="$(mktemp -d "${TMPDIR:-/tmp}/lock-demo.XXXXXX")"
 pids=()
 
+# shellcheck disable=SC2317 # runs from the EXIT trap
 cleanup() {
     local status=$?
     trap - EXIT INT TERM
@@ -98,8 +99,8 @@ port_in_use() {
 }
 
 start_redis() {
-    local attempt port pid
-    for attempt in 1 2 3 4 5 6 7 8 9 10; do
+    local port pid
+    for _ in 1 2 3 4 5 6 7 8 9 10; do
         port=$((20000 + RANDOM % 40000))
         port_in_use "$port" && continue
         "$redis_server" --port "$port" --bind 127.0.0.1 --save '' --appendonly no \
