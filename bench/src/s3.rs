@@ -156,7 +156,8 @@ pub(crate) async fn run(ctx: &Ctx) -> Result<Scenario> {
         let limit = Duration::from_secs(120);
         let outcome = tokio::time::timeout(limit, run_kind(ctx, kind, sections))
             .await
-            .map_err(|_| format!("S3 {} did not finish within {limit:?}", kind.name()))??;
+            .map_err(|_| format!("S3 {} did not finish within {limit:?}", kind.name()))?
+            .map_err(|e| format!("S3 {}: {e}", kind.name()))?;
         outcomes.push((kind, outcome));
     }
 
