@@ -39,8 +39,11 @@ fn elapsed_between(from: Instant, to: Instant) -> f64 {
     }
 }
 
-/// One hand-off between two of our services (possibly the same one); returns the wake-up in us.
-async fn lib_handoff(holder: &LockService, waiter: &LockService, probe: &mut Raw) -> Result<f64> {
+/// The wake-up of one hand-off in us: from the release returning, and from the release call.
+type Wake = (f64, f64);
+
+/// One hand-off between two of our services (possibly the same one).
+async fn lib_handoff(holder: &LockService, waiter: &LockService, probe: &mut Raw) -> Result<Wake> {
     const KEY: &str = "bench:s4";
     // A service that got the lock by hand-off stays registered as waiting for a while; clear
     // that so the probe below sees this hand-off's waiter.
@@ -71,14 +74,18 @@ async fn lib_handoff(holder: &LockService, waiter: &LockService, probe: &mut Raw
         tokio::task::yield_now().await;
     }
     tokio::time::sleep(HOLD_AFTER_BLOCKED).await;
+    let called = Instant::now();
     guard.release().await?;
     let released = Instant::now();
     let acquired = task.await??;
-    Ok(elapsed_between(released, acquired))
+    Ok((
+        elapsed_between(released, acquired),
+        elapsed_between(called, acquired),
+    ))
 }
 
 /// One hand-off between two baseline connections; the waiter spins.
-async fn raw_handoff(holder: &mut Raw, waiter: &Raw) -> Result<f64> {
+async fn raw_handoff(holder: &mut Raw, waiter: &Raw) -> Result<Wake> {
     let key = raw::key("bench:s4");
     let token = raw::token();
     if !holder.try_acquire(&key, &token).await? {
@@ -104,10 +111,14 @@ async fn raw_handoff(holder: &mut Raw, waiter: &Raw) -> Result<f64> {
         tokio::task::yield_now().await;
     }
     tokio::time::sleep(HOLD_AFTER_BLOCKED).await;
+    let called = Instant::now();
     holder.release(&key, &token).await?;
     let released = Instant::now();
     let acquired = task.await??;
-    Ok(elapsed_between(released, acquired))
+    Ok((
+        elapsed_between(released, acquired),
+        elapsed_between(called, acquired),
+    ))
 }
 
 struct Services {
@@ -119,7 +130,7 @@ struct Services {
 }
 
 impl Services {
-    async fn handoff(&mut self, variant: usize) -> Result<f64> {
+    async fn handoff(&mut self, variant: usize) -> Result<Wake> {
         match variant {
             0 => lib_handoff(&self.a, &self.b, &mut self.probe).await,
             1 => lib_handoff(&self.a, &self.a, &mut self.probe).await,
@@ -144,13 +155,14 @@ pub(crate) async fn run(ctx: &Ctx) -> Result<Scenario> {
         }
     }
     let mut wake = vec![Samples::default(); NAMES.len()];
+    let mut from_call = vec![Samples::default(); NAMES.len()];
     let mut counts = vec![Counts::default(); NAMES.len()];
     let mut rtt = Samples::default();
     let rounds = 10;
     for round in 0..rounds {
         for i in 0..NAMES.len() {
             let variant = (round + i) % NAMES.len();
-            let mut samples = Samples::default();
+            let (mut samples, mut call_samples) = (Samples::default(), Samples::default());
             ctx.reset()?;
             for _ in 0..handoffs / rounds {
                 for _ in 0..PINGS_PER_HANDOFF {
@@ -158,10 +170,13 @@ pub(crate) async fn run(ctx: &Ctx) -> Result<Scenario> {
                     ping.ping().await?;
                     rtt.push(t.elapsed());
                 }
-                samples.push_us(s.handoff(variant).await?);
+                let (from_return, from_start) = s.handoff(variant).await?;
+                samples.push_us(from_return);
+                call_samples.push_us(from_start);
             }
             counts[variant].add(&ctx.read()?);
             wake[variant].extend(&samples);
+            from_call[variant].extend(&call_samples);
         }
     }
 
@@ -181,15 +196,22 @@ pub(crate) async fn run(ctx: &Ctx) -> Result<Scenario> {
             "p99 us",
             "median RTTs",
             "p99 RTTs",
+            "from release call: median us",
+            "median RTTs",
             "cmds/hand-off",
             "round trips/hand-off",
         ],
         rows: Vec::new(),
-        notes: vec![format!(
-            "per hand-off: holder acquire + waiter's failed attempt(s) + release + waiter \
+        notes: vec![
+            "median/p99 = from the holder's release returning to the waiter's acquire \
+             returning (the target's measure); from release call = from calling release"
+                .into(),
+            format!(
+                "per hand-off: holder acquire + waiter's failed attempt(s) + release + waiter \
              acquire + waiter release; the baseline spins during the {HOLD_AFTER_BLOCKED:?} \
              hold after the waiter was seen blocked"
-        )],
+            ),
+        ],
         targets: Vec::new(),
         variants: Vec::new(),
         extra: json!({"ping_rtt": rtt.json()}),
@@ -202,6 +224,8 @@ pub(crate) async fn run(ctx: &Ctx) -> Result<Scenario> {
             f1(w.pct(0.99)),
             format!("{:.2}", w.median() / rtt_median),
             format!("{:.2}", w.pct(0.99) / rtt_median),
+            f1(from_call[i].median()),
+            format!("{:.2}", from_call[i].median() / rtt_median),
             per_op(c.commands(), n),
             per_op(c.requests(), n),
         ]);
@@ -210,6 +234,8 @@ pub(crate) async fn run(ctx: &Ctx) -> Result<Scenario> {
             "wakeup": w.json(),
             "median_in_ping_rtts": w.median() / rtt_median,
             "p99_in_ping_rtts": w.pct(0.99) / rtt_median,
+            "from_release_call": from_call[i].json(),
+            "from_release_call_median_in_ping_rtts": from_call[i].median() / rtt_median,
             "redis": c.json(n),
         }));
     }
