@@ -56,6 +56,12 @@ cargo clippy --workspace --all-targets -- -D warnings
 step "cargo doc --workspace --no-deps (warnings denied)"
 RUSTDOCFLAGS="-D warnings" cargo doc --workspace --no-deps
 
+step "bash scripts/demo.sh --quick (the lock must prevent the oversell the unlocked endpoint shows)"
+bash scripts/demo.sh --quick
+
+step "lock-bench --quick (keeps the bench compiling and running; numbers are never asserted)"
+cargo run -p lock-bench -- --quick
+
 if cargo nextest --version >/dev/null 2>&1; then
     profile=default
     if [ -n "${CI:-}" ]; then
