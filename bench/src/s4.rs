@@ -65,9 +65,15 @@ async fn lib_handoff(holder: &LockService, waiter: &LockService, probe: &mut Raw
         guard.release().await?;
         Ok::<_, crate::ctx::BoxError>(acquired)
     });
-    // The waiter's failed attempt registers its service in the lock's waiting set.
+    // A waiter of another service registers in the lock's waiting set when its attempt fails;
+    // a waiter of the holder's own service waits in the local line without asking Redis.
+    let same_service = std::ptr::eq(holder, waiter);
     let asked = Instant::now();
-    while probe.key_type(queue).await? != "zset" {
+    while !(if same_service {
+        waiter.inspect(KEY).await?.local_waiters == 1
+    } else {
+        probe.key_type(queue).await? == "zset"
+    }) {
         if asked.elapsed() > PROBE_LIMIT {
             return Err("S4: the waiter never registered as waiting".into());
         }

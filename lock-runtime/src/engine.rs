@@ -12,11 +12,12 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use rand::Rng;
-use tokio::sync::{Notify, oneshot};
+use tokio::sync::Notify;
 use tracing::Instrument;
 
 use crate::backend::Backend;
 use crate::config::LockConfig;
+use crate::detach::Detachable;
 use crate::error::{ErrorKind, LockError};
 use crate::guard::LockGuard;
 use crate::local::{Local, LockKey, OwnerField, ReleaseEnd, Reservation, Turn};
@@ -42,11 +43,16 @@ pub(crate) struct KeyNames {
     pub(crate) lock: LockKey,
     pub(crate) fence: Arc<str>,
     pub(crate) queue: Arc<str>,
+    pub(crate) turn: Arc<str>,
     pub(crate) channel: Arc<str>,
 }
 
 /// The suffix of wake-up channels, after the lock key.
 pub(crate) const CHANNEL_SUFFIX: &str = ":ch";
+
+/// How long a release reserves the lock for the waiting service it gives the next turn to. The
+/// service claims it within a round trip or two; a service that went away costs at most this.
+const TURN_MS: u64 = 250;
 
 impl KeyNames {
     /// `<prefix>{<key>}` and friends; a key that already has a hash tag keeps it.
@@ -66,6 +72,7 @@ impl KeyNames {
             user: key.into(),
             fence: format!("{lock}:fence").into(),
             queue: format!("{lock}:wq").into(),
+            turn: format!("{lock}:turn").into(),
             channel: format!("{lock}{CHANNEL_SUFFIX}").into(),
             lock: lock.into(),
         })
@@ -165,7 +172,7 @@ impl Inner {
             let sent = Instant::now();
             match self.attempt(&names, &field, lease_ms, 0, false).await? {
                 Attempt::Granted(token) | Attempt::Reentered(token) => {
-                    let lost = self.local.add_hold(&names.lock, &field, watched);
+                    let lost = self.local.add_hold(&names.lock, &field, watched, lease_ms);
                     return Ok(guard(self, token, lost, sent));
                 }
                 Attempt::Held(_) => {} // lost meanwhile: wait in line like everyone else
@@ -189,6 +196,12 @@ impl Inner {
                     return Ok(guard(self, token, lost, since));
                 }
                 Turn::Wait => {}
+                Turn::Behind { until } => {
+                    let recheck = self.behind_recheck();
+                    let left =
+                        until.map_or(recheck, |u| u.saturating_duration_since(Instant::now()));
+                    hint = Some(recheck.min(left) + Duration::from_millis(1));
+                }
                 Turn::Attempt => {
                     let sent = Instant::now();
                     let horizon = self.waiter_horizon(deadline);
@@ -224,6 +237,11 @@ impl Inner {
         }
     }
 
+    /// How long a head waits behind a holder of its own service before asking Redis anyway.
+    fn behind_recheck(&self) -> Duration {
+        (self.config.watchdog_timeout() / 3).min(Duration::from_secs(1))
+    }
+
     fn timeout_error(&self, names: &KeyNames, started: Instant) -> LockError {
         LockError::new(
             ErrorKind::Timeout,
@@ -251,8 +269,8 @@ impl Inner {
         }
     }
 
-    /// One run of `acquire.lua`, in its own task. When the caller goes away before the reply
-    /// arrives, a grant is given back; `fresh`: the owner did not hold the lock before, so a
+    /// One run of `acquire.lua`. The call completes even if the caller goes away: a grant that
+    /// arrives after that is given back; `fresh`: the owner did not hold the lock before, so a
     /// call whose outcome is unknown (timed out) is given back too.
     async fn attempt(
         self: &Arc<Self>,
@@ -262,46 +280,51 @@ impl Inner {
         horizon_ms: u64,
         fresh: bool,
     ) -> Result<Attempt, LockError> {
-        let (tx, rx) = oneshot::channel();
+        let (inner, n, f) = (self.clone(), names.clone(), field.clone());
+        let call = async move { inner.run_acquire(&n, &f, lease_ms, horizon_ms).await };
         let (inner, names, field) = (self.clone(), names.clone(), field.clone());
-        self.runtime.spawn(async move {
-            let mut invocation = scripts::ACQUIRE.key(&*names.lock);
-            invocation
-                .key(&*names.fence)
-                .key(&*names.queue)
-                .arg(&*field)
-                .arg(lease_ms)
-                .arg(&inner.service_id)
-                .arg(horizon_ms);
-            let reply = match inner.backend.run_synced::<Vec<i64>>("acquire", &invocation).await {
-                Ok(synced) => parse_attempt(&synced.reply, &names).and_then(|attempt| match attempt {
-                    Attempt::Granted(_) | Attempt::Reentered(_) if !synced.acknowledged => {
-                        // not replicated: a failover could hand the lock to someone else
-                        drop(inner.give_back_plain(names.clone(), field.clone()));
-                        Err(replica_sync_error(&inner, &names))
-                    }
-                    attempt => Ok(attempt),
-                }),
-                Err(e) => Err(e),
-            };
+        let orphan = move |reply: Result<Attempt, LockError>| {
             let give_back = match &reply {
                 Ok(Attempt::Granted(_) | Attempt::Reentered(_)) => true,
                 Err(e) => fresh && e.is_backend(),
                 Ok(Attempt::Held(_)) => false,
             };
-            if let Err(reply) = tx.send(reply)
-                && give_back
-            {
+            if give_back {
                 tracing::debug!(key = %names.user, ?reply, "acquire cancelled, giving the grant back");
                 drop(inner.release_detached(names, field, None));
             }
-        });
-        rx.await.unwrap_or_else(|_| {
-            Err(LockError::new(
-                ErrorKind::Backend,
-                "acquire task ended without a reply",
-            ))
-        })
+        };
+        Detachable::new(&self.runtime, call, orphan).await
+    }
+
+    async fn run_acquire(
+        self: &Arc<Self>,
+        names: &KeyNames,
+        field: &OwnerField,
+        lease_ms: u64,
+        horizon_ms: u64,
+    ) -> Result<Attempt, LockError> {
+        let mut invocation = scripts::ACQUIRE.key(&*names.lock);
+        invocation
+            .key(&*names.fence)
+            .key(&*names.queue)
+            .key(&*names.turn)
+            .arg(&**field)
+            .arg(lease_ms)
+            .arg(&self.service_id)
+            .arg(horizon_ms);
+        let synced = self
+            .backend
+            .run_synced::<Vec<i64>>("acquire", &invocation)
+            .await?;
+        match parse_attempt(&synced.reply, names)? {
+            Attempt::Granted(_) | Attempt::Reentered(_) if !synced.acknowledged => {
+                // not replicated: a failover could hand the lock to someone else
+                self.give_back_plain(names.clone(), field.clone());
+                Err(replica_sync_error(self, names))
+            }
+            attempt => Ok(attempt),
+        }
     }
 
     /// Releases one hold in the background: drops the guard's bookkeeping now, then runs
@@ -313,32 +336,46 @@ impl Inner {
         field: OwnerField,
         guard: Option<bool>,
     ) -> tokio::task::JoinHandle<Result<Released, LockError>> {
-        self.release_inner(names, field, guard, true)
+        self.runtime
+            .spawn(self.release_call(names, field, guard, true))
+    }
+
+    /// Like [`release_detached`](Self::release_detached), but runs inline for a caller that
+    /// awaits it; if the caller goes away, the release still completes in a task.
+    pub(crate) fn release_now(
+        self: &Arc<Self>,
+        names: KeyNames,
+        field: OwnerField,
+        guard: Option<bool>,
+    ) -> Detachable<Result<Released, LockError>> {
+        Detachable::new(
+            &self.runtime,
+            self.release_call(names, field, guard, true),
+            drop,
+        )
     }
 
     /// Gives back a grant without handing it to a waiter of this service (used when the grant
     /// was not replicated: handing it over would only repeat that).
-    fn give_back_plain(
-        self: &Arc<Self>,
-        names: KeyNames,
-        field: OwnerField,
-    ) -> tokio::task::JoinHandle<Result<Released, LockError>> {
-        self.release_inner(names, field, None, false)
+    fn give_back_plain(self: &Arc<Self>, names: KeyNames, field: OwnerField) {
+        drop(
+            self.runtime
+                .spawn(self.release_call(names, field, None, false)),
+        );
     }
 
-    fn release_inner(
+    /// The bookkeeping happens now; the returned future runs the script.
+    fn release_call(
         self: &Arc<Self>,
         names: KeyNames,
         field: OwnerField,
         guard: Option<bool>,
         hand_off: bool,
-    ) -> tokio::task::JoinHandle<Result<Released, LockError>> {
+    ) -> Detached<Result<Released, LockError>> {
         let reservation = self
             .local
             .begin_release(&names.lock, &field, guard, hand_off);
-        let finish: Detached<Result<Released, LockError>> =
-            Box::pin(self.clone().finish_release(names, field, reservation));
-        self.runtime.spawn(finish)
+        Box::pin(self.clone().finish_release(names, field, reservation))
     }
 
     async fn finish_release(
@@ -355,13 +392,15 @@ impl Inner {
         invocation
             .key(&*names.fence)
             .key(&*names.queue)
+            .key(&*names.turn)
             .arg(&*field)
             .arg(&self.service_id)
             .arg(&*names.channel)
             .arg(self.backend.publish_command())
             .arg(next)
             .arg(next_lease)
-            .arg(self.waiter_horizon(None));
+            .arg(self.waiter_horizon(None))
+            .arg(TURN_MS);
         let reply = match &reservation {
             // a hand-off is a grant: it needs the replicas' acknowledgement like any other
             Some(r) => match self
@@ -371,7 +410,7 @@ impl Inner {
             {
                 Ok(synced) => match parse_released(&synced.reply, &names) {
                     Ok(Released::HandedOff(_)) if !synced.acknowledged => {
-                        drop(self.give_back_plain(names.clone(), r.owner.clone()));
+                        self.give_back_plain(names.clone(), r.owner.clone());
                         Ok(Released::Freed { yielded: false })
                     }
                     other => other,
@@ -386,7 +425,7 @@ impl Inner {
         };
         let end = match reply {
             Ok(Released::HandedOff(token)) => ReleaseEnd::HandedOff(token),
-            Ok(Released::Freed { yielded }) => ReleaseEnd::Freed { yielded },
+            Ok(Released::Freed { .. }) => ReleaseEnd::Freed,
             _ => ReleaseEnd::Unchanged,
         };
         if let Some(orphan) = self.local.end_release(&names.lock, reservation, end) {
@@ -444,11 +483,22 @@ impl Drop for Ticket<'_> {
         if self.done {
             return;
         }
-        if let Some(orphan) = self.inner.local.leave(&self.names.lock, self.id) {
+        let (orphan, line_empty) = self.inner.local.leave(&self.names.lock, self.id);
+        if let Some(orphan) = orphan {
             drop(
                 self.inner
                     .release_detached(self.names.clone(), orphan.owner, None),
             );
+        } else if line_empty {
+            // nobody here waits any more: releases elsewhere need not give this service a turn
+            let (inner, queue) = (self.inner.clone(), self.names.queue.clone());
+            self.inner.runtime.spawn(async move {
+                let mut invocation = scripts::LEAVE.key(&*queue);
+                invocation.arg(&inner.service_id);
+                if let Err(e) = inner.backend.run::<i64>("leave", &invocation).await {
+                    tracing::debug!(error = %e, "could not deregister a waiting service");
+                }
+            });
         }
     }
 }

@@ -136,14 +136,12 @@ impl LockGuard {
     pub async fn release(mut self) -> Result<(), LockError> {
         self.released = true;
         let span = self.release_span();
-        let task = self.inner.release_detached(
-            self.names.clone(),
-            self.field.clone(),
-            Some(self.watched()),
-        );
+        let task =
+            self.inner
+                .release_now(self.names.clone(), self.field.clone(), Some(self.watched()));
         let outcome = task.instrument(span).await;
         match outcome {
-            Ok(Ok(Released::NotHeld)) => Err(LockError::new(
+            Ok(Released::NotHeld) => Err(LockError::new(
                 ErrorKind::NotHeld,
                 format!(
                     "lock `{}` was not held by {} any more when released (lease ran out after \
@@ -154,15 +152,8 @@ impl LockGuard {
                 ),
             )
             .with_key(&self.names.user)),
-            Ok(Ok(_)) => Ok(()),
-            Ok(Err(e)) => Err(e),
-            Err(join) => Err(LockError::new(
-                ErrorKind::Backend,
-                format!(
-                    "release of lock `{}` did not complete: {join}",
-                    self.names.user
-                ),
-            )),
+            Ok(_) => Ok(()),
+            Err(e) => Err(e),
         }
     }
 

@@ -61,6 +61,7 @@ pub mod __private;
 mod backend;
 pub mod config;
 mod context;
+mod detach;
 mod engine;
 mod error;
 mod guard;

@@ -41,6 +41,15 @@ struct Hold {
     watched: u32,
     lost: CancellationToken,
     renewed_at: Instant,
+    /// When the longest fixed lease of its guards runs out (about: measured here).
+    lease_until: Instant,
+}
+
+impl Hold {
+    /// Whether this hold is believed to be in force on Redis.
+    fn live(&self, now: Instant) -> bool {
+        !self.lost.is_cancelled() && (self.watched > 0 || self.lease_until > now)
+    }
 }
 
 struct Waiter {
@@ -73,6 +82,11 @@ pub(crate) enum Turn {
     Wait,
     /// At the head: try Redis now.
     Attempt,
+    /// At the head, but another owner of this service holds the lock: its release will hand
+    /// the lock over or wake the head, so Redis need not be asked. Look again after a while
+    /// anyway, in case that hold was lost without this service noticing; `until`: when its
+    /// fixed lease runs out (`None`: renewed by the watchdog).
+    Behind { until: Option<Instant> },
     /// The lock was handed over with this token; its lease started no earlier than `since`.
     Granted { token: u64, since: Instant },
 }
@@ -90,8 +104,8 @@ pub(crate) struct Reservation {
 pub(crate) enum ReleaseEnd {
     /// The lock went to the reserved waiter with this token.
     HandedOff(u64),
-    /// Freed (and published); `yielded`: other services wait, so the line must not jump them.
-    Freed { yielded: bool },
+    /// Freed (the next turn may have gone to another service).
+    Freed,
     /// Still held (re-entrant holds remain) or not held at all, or the call failed.
     Unchanged,
 }
@@ -132,10 +146,11 @@ impl Local {
         key: &LockKey,
         owner: &OwnerField,
         watched: bool,
+        lease_ms: u64,
     ) -> CancellationToken {
         let mut keys = self.lock();
         let state = keys.entry(key.clone()).or_default();
-        add_hold(state, owner, watched)
+        add_hold(state, owner, watched, lease_ms)
     }
 
     /// Drops a guard of `owner` on `key` (synchronously, so renewal stops at once). When the
@@ -204,8 +219,9 @@ impl Local {
             .and_then(|r| state.waiters.iter().position(|w| w.id == r.waiter));
         match (end, reserved) {
             (ReleaseEnd::HandedOff(token), Some(i)) => {
-                let (owner, watched) = (state.waiters[i].owner.clone(), state.waiters[i].watched);
-                add_hold(state, &owner, watched);
+                let w = &state.waiters[i];
+                let (owner, watched, lease_ms) = (w.owner.clone(), w.watched, w.lease_ms);
+                add_hold(state, &owner, watched, lease_ms);
                 let waiter = &mut state.waiters[i];
                 waiter.state = WaiterState::Granted(token);
                 waiter.granted_at = reservation.as_ref().map_or_else(Instant::now, |r| r.at);
@@ -213,15 +229,15 @@ impl Local {
                 None
             }
             (ReleaseEnd::HandedOff(_), None) => reservation.map(|r| Orphan { owner: r.owner }),
-            (end, reserved) => {
+            (_, reserved) => {
                 if let Some(i) = reserved {
                     state.waiters[i].state = WaiterState::Parked;
                 }
                 // After a yield the head learns of the release from the published message, at
                 // the same moment as the other services' waiters, instead of racing ahead.
-                if !matches!(end, ReleaseEnd::Freed { yielded: true })
-                    && let Some(head) = state.waiters.front()
-                {
+                // When the turn went to another service, the head's attempt finds that out and
+                // waits for its turn; it must not sleep through the release.
+                if let Some(head) = state.waiters.front() {
                     head.wake.notify_one();
                 }
                 None
@@ -266,6 +282,24 @@ impl Local {
         };
         match state.waiters.front_mut() {
             Some(head) if head.id == id => match head.state {
+                WaiterState::Parked
+                    if state
+                        .holds
+                        .iter()
+                        .any(|h| h.owner != head.owner && h.live(Instant::now())) =>
+                {
+                    let now = Instant::now();
+                    let ahead = state
+                        .holds
+                        .iter()
+                        .filter(|h| h.owner != head.owner && h.live(now));
+                    let until = if ahead.clone().any(|h| h.watched > 0) {
+                        None
+                    } else {
+                        ahead.map(|h| h.lease_until).max()
+                    };
+                    Turn::Behind { until }
+                }
                 WaiterState::Parked | WaiterState::Attempting => {
                     head.state = WaiterState::Attempting;
                     Turn::Attempt
@@ -314,17 +348,22 @@ impl Local {
                 .find(|h| h.owner == w.owner)
                 .map(|h| h.lost.clone())
                 .unwrap_or_default(),
-            Some(w) => add_hold(state, &w.owner, w.watched),
+            Some(w) => add_hold(state, &w.owner, w.watched, w.lease_ms),
             None => CancellationToken::new(),
         }
     }
 
     /// Waiter `id` gives up (timeout, error, cancellation). If a hand-off had already reached
     /// it, returns the owner whose grant must be given back (its hold is already dropped).
-    pub(crate) fn leave(&self, key: &str, id: u64) -> Option<Orphan> {
+    /// The second value says whether the line is empty now (the service waits no more).
+    pub(crate) fn leave(&self, key: &str, id: u64) -> (Option<Orphan>, bool) {
         let mut keys = self.lock();
-        let state = keys.get_mut(key)?;
-        let waiter = remove_waiter(state, id)?;
+        let Some(state) = keys.get_mut(key) else {
+            return (None, false);
+        };
+        let Some(waiter) = remove_waiter(state, id) else {
+            return (None, false);
+        };
         let orphan = match waiter.state {
             WaiterState::Granted(_) => {
                 if let Some(i) = state.holds.iter().position(|h| h.owner == waiter.owner) {
@@ -341,10 +380,11 @@ impl Local {
             }
             _ => None,
         };
+        let line_empty = state.waiters.is_empty();
         if state.is_idle() {
             keys.remove(key);
         }
-        orphan
+        (orphan, line_empty)
     }
 
     /// Marks every hold of `key` in this process lost (it was force-unlocked).
@@ -353,6 +393,7 @@ impl Local {
             for hold in &state.holds {
                 hold.lost.cancel();
             }
+            wake_head(state);
         }
     }
 
@@ -415,6 +456,9 @@ impl Local {
             hold.renewed_at = Instant::now();
         } else {
             hold.lost.cancel();
+            if let Some(state) = keys.get(key) {
+                wake_head(state);
+            }
         }
     }
 
@@ -436,6 +480,7 @@ impl Local {
                     lost.push((key.clone(), hold.owner.clone()));
                 }
             }
+            wake_head(state);
         }
         lost
     }
@@ -444,6 +489,12 @@ impl Local {
 impl KeyState {
     fn is_idle(&self) -> bool {
         self.holds.is_empty() && self.waiters.is_empty()
+    }
+}
+
+fn wake_head(state: &KeyState) {
+    if let Some(head) = state.waiters.front() {
+        head.wake.notify_one();
     }
 }
 
@@ -456,7 +507,13 @@ fn hold_count(state: &KeyState, owner: &str) -> u32 {
         .sum()
 }
 
-fn add_hold(state: &mut KeyState, owner: &OwnerField, watched: bool) -> CancellationToken {
+fn add_hold(
+    state: &mut KeyState,
+    owner: &OwnerField,
+    watched: bool,
+    lease_ms: u64,
+) -> CancellationToken {
+    let lease_until = Instant::now() + std::time::Duration::from_millis(lease_ms);
     match state.holds.iter_mut().find(|h| &h.owner == owner) {
         Some(hold) => {
             if hold.lost.is_cancelled() {
@@ -466,6 +523,7 @@ fn add_hold(state: &mut KeyState, owner: &OwnerField, watched: bool) -> Cancella
             hold.guards += 1;
             hold.watched += u32::from(watched);
             hold.renewed_at = Instant::now();
+            hold.lease_until = hold.lease_until.max(lease_until);
             hold.lost.clone()
         }
         None => {
@@ -476,6 +534,7 @@ fn add_hold(state: &mut KeyState, owner: &OwnerField, watched: bool) -> Cancella
                 watched: u32::from(watched),
                 lost: lost.clone(),
                 renewed_at: Instant::now(),
+                lease_until,
             });
             lost
         }
@@ -506,15 +565,18 @@ mod tests {
     fn line_order_and_hand_off() {
         let local = Local::default();
         let (k, a, b) = (key(), OwnerField::from("i:a"), OwnerField::from("i:b"));
-        local.add_hold(&k, &a, true);
+        local.add_hold(&k, &a, true, 60_000);
         let (w1, _) = local.enqueue(&k, &b, 100, false);
         let (w2, _) = local.enqueue(&k, &"i:c".into(), 100, false);
         assert_eq!(local.turn(&k, w2), Turn::Wait);
+        // behind a live hold of this service the head does not ask Redis
+        assert_eq!(local.turn(&k, w1), Turn::Behind { until: None });
+        local.mark_lost(&k);
         assert_eq!(local.turn(&k, w1), Turn::Attempt);
         // while the head attempts, a release must not reserve it
         assert!(local.begin_release(&k, &a, Some(true), true).is_none());
         local.park(&k, w1);
-        local.add_hold(&k, &a, false);
+        local.add_hold(&k, &a, false, 60_000);
         let r = local
             .begin_release(&k, &a, Some(false), true)
             .expect("parked head is reserved");
@@ -528,7 +590,10 @@ mod tests {
         assert!(matches!(local.turn(&k, w1), Turn::Granted { token: 7, .. }));
         assert!(local.holds(&k, "i:b"));
         local.leave_granted(&k, w1);
-        assert_eq!(local.turn(&k, w2), Turn::Attempt);
+        assert!(matches!(
+            local.turn(&k, w2),
+            Turn::Behind { until: Some(_) }
+        ));
         assert_eq!(
             local.renewals().len(),
             0,
@@ -540,22 +605,22 @@ mod tests {
     fn cancelled_waiters_give_back_hand_offs() {
         let local = Local::default();
         let (k, a, b) = (key(), OwnerField::from("i:a"), OwnerField::from("i:b"));
-        local.add_hold(&k, &a, false);
+        local.add_hold(&k, &a, false, 60_000);
         let (w1, _) = local.enqueue(&k, &b, 100, true);
         let r = local.begin_release(&k, &a, Some(false), true).unwrap();
         // the waiter is cancelled while the hand-off is in flight
-        assert!(local.leave(&k, w1).is_none());
+        assert!(local.leave(&k, w1).0.is_none());
         let orphan = local
             .end_release(&k, Some(r), ReleaseEnd::HandedOff(3))
             .unwrap();
         assert_eq!(&*orphan.owner, "i:b");
         // cancelled after the hand-off reached it
-        local.add_hold(&k, &a, false);
+        local.add_hold(&k, &a, false, 60_000);
         let (w2, _) = local.enqueue(&k, &b, 100, true);
         let r = local.begin_release(&k, &a, Some(false), true).unwrap();
         local.end_release(&k, Some(r), ReleaseEnd::HandedOff(4));
         assert_eq!(local.renewals().len(), 1);
-        assert_eq!(&*local.leave(&k, w2).unwrap().owner, "i:b");
+        assert_eq!(&*local.leave(&k, w2).0.unwrap().owner, "i:b");
         assert!(local.renewals().is_empty());
         assert!(local.lock().is_empty(), "idle keys are forgotten");
     }

@@ -13,7 +13,14 @@ pub(crate) async fn run(inner: Weak<Inner>, mut pushes: UnboundedReceiver<PushIn
         let Some(inner) = inner.upgrade() else { return };
         match push.kind {
             PushKind::Message | PushKind::SMessage => {
-                if let Some(key) = push.data.first().and_then(lock_key_of_channel) {
+                // The payload names the service whose turn it is ("0": anyone's).
+                let ours = match push.data.get(1) {
+                    Some(Value::BulkString(who)) => {
+                        who == b"0" || who == inner.service_id.as_bytes()
+                    }
+                    _ => true,
+                };
+                if ours && let Some(key) = push.data.first().and_then(lock_key_of_channel) {
                     inner.local.wake_head(key);
                 }
             }

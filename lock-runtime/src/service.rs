@@ -103,6 +103,7 @@ impl LockService {
         let names = self.names(key)?;
         let mut invocation = scripts::FORCE_UNLOCK.key(&*names.lock);
         invocation
+            .key(&*names.turn)
             .arg(&*names.channel)
             .arg(self.inner.backend.publish_command());
         let removed: i64 = self.inner.backend.run("force_unlock", &invocation).await?;

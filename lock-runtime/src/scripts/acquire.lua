@@ -1,15 +1,28 @@
 -- Acquire or re-enter a lock.
--- KEYS[1] lock hash, KEYS[2] fence counter, KEYS[3] waiting-services zset
+-- KEYS[1] lock hash, KEYS[2] fence counter, KEYS[3] waiting-services zset, KEYS[4] turn marker
 -- ARGV[1] owner field, ARGV[2] lease in ms, ARGV[3] service id,
 -- ARGV[4] waiter horizon in ms (0: the caller will not wait, do not register it)
--- Reply: {1, token} granted | {2, token, hold count} re-entered | {0, pttl} held by another owner
-local lock, fence_key, queue = KEYS[1], KEYS[2], KEYS[3]
-local owner, lease = ARGV[1], tonumber(ARGV[2])
+-- Reply: {1, token} granted | {2, token, hold count} re-entered |
+--        {0, ms} held by another owner (or it is another service's turn) for about ms
+local lock, fence_key, queue, turn_key = KEYS[1], KEYS[2], KEYS[3], KEYS[4]
+local owner, lease, service = ARGV[1], tonumber(ARGV[2]), ARGV[3]
 
 if redis.call('exists', lock) == 0 then
-  local token = grant(lock, owner, lease, fence_key)
-  redis.call('zrem', queue, ARGV[3])
-  return {1, token}
+  -- a release may have given the next turn to a waiting service: only it may take the lock
+  -- until the turn runs out
+  local turn = redis.call('get', turn_key)
+  if not turn or turn == service then
+    local token = grant(lock, owner, lease, fence_key)
+    redis.call('zrem', queue, service)
+    if turn then
+      redis.call('del', turn_key)
+    end
+    return {1, token}
+  end
+  if tonumber(ARGV[4]) > 0 then
+    register_waiter(queue, service, tonumber(ARGV[4]))
+  end
+  return {0, redis.call('pttl', turn_key)}
 end
 
 if redis.call('hexists', lock, owner) == 1 then
@@ -21,8 +34,7 @@ if redis.call('hexists', lock, owner) == 1 then
   return {2, tonumber(redis.call('hget', lock, ':fence')), count}
 end
 
-local horizon = tonumber(ARGV[4])
-if horizon > 0 then
-  register_waiter(queue, ARGV[3], horizon)
+if tonumber(ARGV[4]) > 0 then
+  register_waiter(queue, service, tonumber(ARGV[4]))
 end
 return {0, redis.call('pttl', lock)}

@@ -20,6 +20,7 @@ script!(RELEASE, "prelude.lua", "release.lua");
 script!(RENEW, "renew.lua");
 script!(FORCE_UNLOCK, "force_unlock.lua");
 script!(INSPECT, "inspect.lua");
+script!(LEAVE, "leave.lua");
 
 /// The hash field holding the fencing token of the current grant.
 pub(crate) const FENCE_FIELD: &str = ":fence";
