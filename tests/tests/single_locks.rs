@@ -494,3 +494,44 @@ async fn timeouts_name_the_key_and_zero_wait_tries_once() {
     assert!(err.is_timeout());
     guard.release().await.unwrap();
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn services_take_turns_instead_of_one_keeping_the_lock() {
+    let fx = Fixture::single().await;
+    let a = fx.service(LONG_WATCHDOG).await;
+    let b = fx.service(LONG_WATCHDOG).await;
+    let key = unique_key("turns");
+    let order = Arc::new(Mutex::new(Vec::new()));
+    let first = a.lock(&key).await.unwrap();
+    let mut tasks = Vec::new();
+    for i in 0..3 {
+        for (name, service) in [("a", &a), ("b", &b)] {
+            let (l, k, order) = (service.clone(), key.clone(), order.clone());
+            tasks.push(tokio::spawn(async move {
+                let g = l.lock(&k).wait(Duration::from_secs(10)).await.unwrap();
+                order.lock().await.push(name);
+                tokio::time::sleep(Duration::from_millis(5)).await;
+                g.release().await.unwrap();
+            }));
+            waiters_in_line(service, &key, i + 1).await;
+        }
+    }
+    eventually(
+        "b registered as waiting",
+        Duration::from_secs(5),
+        || async { a.inspect(&key).await.unwrap().waiting_services >= 1 },
+    )
+    .await;
+    first.release().await.unwrap();
+    for t in tasks {
+        t.await.unwrap();
+    }
+    let order = order.lock().await.clone();
+    let switches = order.windows(2).filter(|w| w[0] != w[1]).count();
+    // Without turns service a would hand the lock along its own line first (one switch).
+    assert!(switches >= 3, "{order:?}");
+    assert_eq!(
+        order[0], "b",
+        "the release gave the turn to the waiting service: {order:?}"
+    );
+}
