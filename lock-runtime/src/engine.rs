@@ -103,9 +103,14 @@ pub(crate) enum Released {
     HandedOff(u64),
 }
 
-/// The owner as stored on Redis.
+/// The owner as stored on Redis: prefixed with this process's instance id, or with `mesh` for
+/// owners that are the same in every process.
 pub(crate) fn owner_field(owner: &OwnerId) -> OwnerField {
-    format!("{}:{}", process_instance(), owner).into()
+    if owner.is_across_processes() {
+        format!("mesh:{owner}").into()
+    } else {
+        format!("{}:{owner}", process_instance()).into()
+    }
 }
 
 type Detached<T> = Pin<Box<dyn Future<Output = T> + Send>>;

@@ -33,22 +33,52 @@ tokio::task_local! {
     static OWNER: OwnerId;
 }
 
-/// The identity of a lock owner within this process.
+/// The identity of a lock owner.
 ///
-/// On Redis the owner is stored as `<process instance id>:<owner id>`, so equal owner ids in
-/// different processes are different owners.
+/// On Redis an owner is stored as `<process instance id>:<owner id>`, so equal owner ids in
+/// different processes are different owners, except for ids made with
+/// [`OwnerId::across_processes`].
 #[derive(Clone, PartialEq, Eq, Hash, PartialOrd, Ord)]
-pub struct OwnerId(Arc<str>);
+pub struct OwnerId {
+    id: Arc<str>,
+    across_processes: bool,
+}
 
 impl OwnerId {
     /// A new random owner id (a UUID v4 in simple form).
     pub fn new() -> Self {
-        OwnerId(uuid::Uuid::new_v4().simple().to_string().into())
+        Self::from(uuid::Uuid::new_v4().simple().to_string())
+    }
+
+    /// An owner that is the same owner in every process: locks it holds in one service are
+    /// re-entered by the same id in another (for example one operation's request id passed
+    /// along the calls of a trusted service mesh).
+    ///
+    /// Whoever can choose such an id can enter the critical sections of whoever else uses it:
+    /// only build it from ids your own infrastructure assigns, never from raw client input.
+    ///
+    /// ```
+    /// use lock_runtime::OwnerId;
+    ///
+    /// let here = OwnerId::across_processes("op-7f3a");
+    /// assert!(here.is_across_processes());
+    /// assert_ne!(here, OwnerId::from("op-7f3a"));
+    /// ```
+    pub fn across_processes(id: impl Into<String>) -> Self {
+        OwnerId {
+            id: id.into().into(),
+            across_processes: true,
+        }
+    }
+
+    /// Whether this owner is the same owner in every process.
+    pub fn is_across_processes(&self) -> bool {
+        self.across_processes
     }
 
     /// The id as text.
     pub fn as_str(&self) -> &str {
-        &self.0
+        &self.id
     }
 }
 
@@ -60,25 +90,33 @@ impl Default for OwnerId {
 
 impl From<String> for OwnerId {
     fn from(id: String) -> Self {
-        OwnerId(id.into())
+        OwnerId {
+            id: id.into(),
+            across_processes: false,
+        }
     }
 }
 
 impl From<&str> for OwnerId {
     fn from(id: &str) -> Self {
-        OwnerId(id.into())
+        Self::from(id.to_owned())
     }
 }
 
 impl fmt::Display for OwnerId {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.write_str(&self.0)
+        f.write_str(&self.id)
     }
 }
 
 impl fmt::Debug for OwnerId {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        write!(f, "OwnerId({:?})", &*self.0)
+        let kind = if self.across_processes {
+            ", across processes"
+        } else {
+            ""
+        };
+        write!(f, "OwnerId({:?}{kind})", &*self.id)
     }
 }
 

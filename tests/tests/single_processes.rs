@@ -5,7 +5,7 @@ mod common;
 use std::time::{Duration, Instant};
 
 use common::{Fixture, Worker};
-use lock_runtime::{ErrorKind, LockConfig, LockService};
+use lock_runtime::{ErrorKind, LockConfig, LockService, OwnerId};
 use lock_tests::harness::unique_key;
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -146,4 +146,36 @@ async fn a_malformed_config_file_names_the_file_and_field() {
     let err = LockConfig::single("not a url").with_prefix("x");
     let err = LockService::connect(err).await.unwrap_err();
     assert_eq!(err.kind(), ErrorKind::Config, "{err}");
+}
+
+#[tokio::test]
+async fn an_owner_across_processes_reenters_a_lock_held_by_another_process() {
+    let fx = Fixture::single().await;
+    let locks = fx.service(Duration::from_secs(30)).await;
+    let key = unique_key("mesh");
+    let mut holder = Worker::spawn(&[&fx.topo.url(), "hold-as", &key, "op-1"]);
+    let fence: u64 = holder
+        .line(Duration::from_secs(10))
+        .await
+        .strip_prefix("held ")
+        .unwrap()
+        .parse()
+        .unwrap();
+    // the same id as a plain owner is a different owner here: it must wait
+    let plain = locks
+        .lock(&key)
+        .owner(OwnerId::from("op-1"))
+        .wait(Duration::from_millis(100))
+        .await;
+    assert_eq!(plain.unwrap_err().kind(), ErrorKind::Timeout);
+    let shared = locks
+        .lock(&key)
+        .owner(OwnerId::across_processes("op-1"))
+        .wait(Duration::from_millis(500))
+        .await
+        .unwrap();
+    assert_eq!(shared.fence(), fence, "re-entered the other process's hold");
+    assert_eq!(locks.inspect(&key).await.unwrap().hold_count, 2);
+    shared.release().await.unwrap();
+    holder.kill().await;
 }

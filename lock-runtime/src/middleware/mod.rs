@@ -32,9 +32,9 @@
 //! caller that can reach the service is trusted to send unique ids per logical operation (one
 //! service mesh, the header set by your own gateway and stripped from outside traffic): anyone
 //! who can send the header can otherwise join a critical section that another request holds,
-//! which is exactly the race the lock is there to prevent. Owners are also per process (the
-//! runtime prefixes each with a random instance id), so the same id re-enters locks taken by
-//! requests in this process, not in other processes.
+//! which is exactly the race the lock is there to prevent. Such owners are the same in every
+//! process ([`OwnerId::across_processes`]), so a call that carries the id to another service
+//! of the mesh re-enters the locks the first service holds for it.
 //!
 //! # Errors as responses
 //!
@@ -236,7 +236,8 @@ impl OwnerScopeConfig {
     }
 
     /// Makes the request id the lock owner of the request, so that requests carrying the same
-    /// id re-enter each other's locks (within this process).
+    /// id re-enter each other's locks, in this process and in every other service that trusts
+    /// it too.
     ///
     /// Only for services whose every caller is trusted: a client that copies another request's
     /// id gets into that request's critical sections. See the [module docs](self).
@@ -274,7 +275,7 @@ impl OwnerScopeConfig {
             None => (0, self.make_request_id.make_request_id(), false),
         };
         let owner = if self.trust_request_id {
-            OwnerId::from(format!("request:{id}"))
+            OwnerId::across_processes(format!("request:{id}"))
         } else {
             OwnerId::new()
         };

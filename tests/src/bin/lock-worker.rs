@@ -5,6 +5,8 @@
 //!     each iteration: lock, GET counter, yield, SET counter + 1, release; prints "done"
 //! lock-worker <redis url | config.toml> hold <lock key> <lease ms, 0 = watchdog> [watchdog ms]
 //!     takes the lock, prints "held <fence>", then sleeps until killed
+//! lock-worker <redis url | config.toml> hold-as <lock key> <owner id>
+//!     takes the lock as `OwnerId::across_processes(owner id)`, prints "held <fence>", sleeps
 //! lock-worker <config.toml> annotated <key>
 //!     starts the global service from the file and calls an annotated fn on "order:<key>" that
 //!     calls another one on the same key; prints "ok <fence> <hold count inside>"
@@ -47,6 +49,12 @@ async fn main() {
             .await
         }
         "hold" => hold(&locks, &args[2], args[3].parse().expect("lease ms")).await,
+        "hold-as" => {
+            let owner = lock_runtime::OwnerId::across_processes(args[3].clone());
+            let guard = locks.lock(&args[2]).owner(owner).await.expect("lock");
+            println!("held {}", guard.fence());
+            std::future::pending::<()>().await;
+        }
         other => panic!("unknown mode {other}"),
     }
 }
