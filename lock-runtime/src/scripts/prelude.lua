@@ -13,17 +13,13 @@ local function now_micros()
   return tonumber(t[1]) * 1000000 + tonumber(t[2])
 end
 
-local function next_fence(fence_key)
+local function grant(lock, owner, lease_ms, fence_key)
   local token = tonumber(redis.call('get', fence_key) or '0') + 1
   local now = now_micros()
   if now > token then token = now end
-  redis.call('set', fence_key, string.format('%.0f', token))
-  return token
-end
-
-local function grant(lock, owner, lease_ms, fence_key)
-  local token = next_fence(fence_key)
-  redis.call('hset', lock, owner, 1, ':fence', string.format('%.0f', token))
+  local text = string.format('%.0f', token)
+  redis.call('set', fence_key, text)
+  redis.call('hset', lock, owner, 1, ':fence', text)
   redis.call('pexpire', lock, lease_ms)
   return token
 end

@@ -45,9 +45,14 @@ if not target then
   redis.call(publish, channel, '0')
   return {2, 0}
 end
--- the target must claim its turn by acquiring; if it does not (gone), the turn runs out
-redis.call('set', turn_key, target, 'px', tonumber(ARGV[8]))
-redis.call('zrem', queue, target)
+-- the target must claim its turn by acquiring; if it does not (gone), the turn runs out and
+-- so does its registration, which keeps the waiting set (and so the turn check) alive until then
+local turn_ms = tonumber(ARGV[8])
+redis.call('set', turn_key, target, 'px', turn_ms)
+redis.call('zadd', queue, 'xx', math.floor(now_micros() / 1000) + turn_ms, target)
+if redis.call('pttl', queue) < turn_ms then
+  redis.call('pexpire', queue, turn_ms)
+end
 if next_owner ~= '' then
   register_waiter(queue, service, tonumber(ARGV[7]))
 end
