@@ -1,7 +1,25 @@
 //! Distributed locks on Redis for async Rust: reentrant, fenced, renewed by a watchdog, woken by
 //! notifications instead of polling.
 //!
-//! # Quick start
+//! # The attribute
+//!
+//! ```no_run
+//! use lock_runtime::{distributed_lock, LockError};
+//!
+//! #[distributed_lock(key = "goods:<id>", lease = "5s", wait = "2s")]
+//! async fn decrease_stock(id: u64, qty: u32) -> Result<u32, LockError> {
+//!     // runs only while this call holds the lock "goods:<id>"
+//!     let _token = lock_runtime::current_fence(); // write it next to the data
+//!     Ok(qty)
+//! }
+//!
+//! # async fn start() -> Result<(), LockError> {
+//! lock_runtime::init_from_file("lock.toml").await?; // or let the first call load ./lock.toml
+//! decrease_stock(42, 1).await?;
+//! # Ok(()) }
+//! ```
+//!
+//! # The programmatic API
 //!
 //! ```no_run
 //! use lock_runtime::{ErrorKind, LockConfig, LockService};
@@ -49,11 +67,26 @@
 //! | `tower` | no | `middleware::tower`: a lock-owner scope per request for axum / tower, request ids, `IntoResponse` for [`LockError`] |
 //! | `actix-web` | no | `middleware::actix`: the same for actix-web, `ResponseError` for [`LockError`] |
 //!
+//! # Topologies
+//!
+//! The config file's `redis.mode` picks one; the code does not change ([`config`] has the format).
+//!
+//! | mode | connects to | failover |
+//! |---|---|---|
+//! | `single` | one server | reconnects when it is back |
+//! | `master-slave` | the configured master (checked with `ROLE`) | none: fails with `Backend` until the master is back |
+//! | `sentinel` | the master most sentinels name | switches to the promoted master, moves wake-up subscriptions |
+//! | `cluster` | every master, by the lock's hash slot; sharded pub/sub | the cluster client follows the promotion |
+//!
+//! `redis.sync_replicas` makes every grant wait for replica acknowledgements
+//! ([`ErrorKind::ReplicaSync`] when they do not come in time).
+//!
 //! # Data on Redis
 //!
 //! A lock `goods:42` with prefix `lock:` lives in the hash `lock:{goods:42}` (owner → hold
 //! count, plus the current fencing token), with `lock:{goods:42}:fence` (last token issued),
-//! `lock:{goods:42}:wq` (services waiting) and the channel `lock:{goods:42}:ch`. The hash tag
+//! `lock:{goods:42}:wq` (services waiting), `lock:{goods:42}:turn` (the service whose turn it
+//! is after a release) and the channel `lock:{goods:42}:ch`. The hash tag
 //! keeps them in one cluster slot; a key that already has a tag (`shop:{7}:x`) keeps its own.
 
 #[doc(hidden)]
