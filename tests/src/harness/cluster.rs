@@ -195,6 +195,10 @@ pub(crate) fn start(
         .collect();
     master_ports.sort_unstable();
     replica_ports.sort_unstable();
+    // WAIT counts a replica only once its master sees it online
+    for node in all.iter().filter(|n| master_ports.contains(&n.port)) {
+        super::replication::wait_online(node, replicas_per_master, timeout);
+    }
     Started {
         nodes: all,
         masters: master_ports,

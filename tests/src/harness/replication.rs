@@ -31,7 +31,25 @@ pub(crate) fn start(root: &Path, replicas: usize, timeout: Duration) -> Vec<Node
     for replica in &nodes[1..] {
         wait_linked(replica, timeout);
     }
+    wait_online(&nodes[0], replicas, timeout);
     nodes
+}
+
+/// Waits until the master counts `replicas` replicas as `state=online`: a replica that just
+/// finished its first sync is not counted (for `WAIT`, too) until its first acknowledgement,
+/// which can take up to a second.
+pub(crate) fn wait_online(master: &Node, replicas: usize, timeout: Duration) {
+    if util::poll_until(timeout, || {
+        (util::replicas_online(master.port) >= replicas).then_some(())
+    })
+    .is_err()
+    {
+        panic!(
+            "master on port {} did not see {replicas} replicas online within {timeout:?}\n{}",
+            master.port,
+            master.log_tail(30)
+        );
+    }
 }
 
 /// Sends `REPLICAOF 127.0.0.1 <master>` to `replica`.

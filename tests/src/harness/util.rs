@@ -77,6 +77,19 @@ pub(crate) fn role(port: u16) -> Option<String> {
     info(port, "replication").and_then(|mut i| i.remove("role"))
 }
 
+/// How many replicas the master on `port` counts as online.
+pub(crate) fn replicas_online(port: u16) -> usize {
+    info(port, "replication").map_or(0, |i| {
+        i.iter()
+            .filter(|(k, v)| {
+                k.starts_with("slave")
+                    && k[5..].parse::<u32>().is_ok()
+                    && v.contains("state=online")
+            })
+            .count()
+    })
+}
+
 /// `true` when the node is a replica whose link to its master is up.
 pub(crate) fn replica_linked(port: u16) -> bool {
     info(port, "replication").is_some_and(|i| {
