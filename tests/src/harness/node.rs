@@ -193,9 +193,11 @@ impl Node {
         )
     }
 
-    /// Waits until the node answers `PING`. If the process exits early because its port was
-    /// taken, it is started again: on new ports when `may_move` is set (first start), otherwise on
-    /// the same port once the port is free again.
+    /// Waits until the node answers on its port, and is the process this node started: a server
+    /// of another test process that took the port first answers too, until our process notices
+    /// the port is in use and exits. If the process exits early because its port was taken, it
+    /// is started again: on new ports when `may_move` is set (first start), otherwise on the same
+    /// port once the port is free again.
     ///
     /// # Panics
     ///
@@ -204,31 +206,33 @@ impl Node {
     pub(crate) fn wait_up(&mut self, timeout: Duration, may_move: bool) {
         let start = Instant::now();
         loop {
-            if let Some(child) = self.child.as_mut() {
-                if let Ok(Some(status)) = child.try_wait() {
-                    self.child = None;
-                    if !self.current_log().contains("already in use") {
-                        self.fail(&format!("exited during start-up ({status})"));
-                    }
-                    if start.elapsed() >= timeout {
-                        self.fail("its port stayed in use");
-                    }
-                    if may_move {
-                        self.pick_ports_and_spawn();
-                    } else {
-                        thread::sleep(Duration::from_millis(50));
-                        self.spawn();
-                    }
-                    continue;
-                }
-            } else {
+            let Some(child) = self.child.as_mut() else {
                 self.fail("is not running");
+            };
+            let pid = child.id();
+            if let Ok(Some(status)) = child.try_wait() {
+                self.child = None;
+                if !self.current_log().contains("already in use") {
+                    self.fail(&format!("exited during start-up ({status})"));
+                }
+                if start.elapsed() >= timeout {
+                    self.fail("its port stayed in use");
+                }
+                if may_move {
+                    self.pick_ports_and_spawn();
+                } else {
+                    thread::sleep(Duration::from_millis(50));
+                    self.spawn();
+                }
+                continue;
             }
-            if util::ping(self.port) {
+            if util::process_id(self.port) == Some(pid) {
                 return;
             }
             if start.elapsed() >= timeout {
-                self.fail(&format!("no PONG within {timeout:?}"));
+                self.fail(&format!(
+                    "no answer from its own process within {timeout:?}"
+                ));
             }
             thread::sleep(Duration::from_millis(5));
         }

@@ -44,9 +44,9 @@ pub(crate) fn query<T: redis::FromRedisValue>(
     cmd.query(&mut con)
 }
 
-/// `true` when the node answers `PING` with `PONG`.
-pub(crate) fn ping(port: u16) -> bool {
-    query::<String>(port, &redis::cmd("PING")).is_ok_and(|r| r == "PONG")
+/// The `process_id` the node on `port` reports in `INFO server`; `None` if it does not answer.
+pub(crate) fn process_id(port: u16) -> Option<u32> {
+    info(port, "server")?.get("process_id")?.parse().ok()
 }
 
 /// Parses `INFO` / `CLUSTER INFO` text into `field -> value`.
@@ -75,19 +75,6 @@ pub(crate) fn cluster_info(port: u16) -> Option<HashMap<String, String>> {
 /// The `role` field of `INFO replication` (`master` / `slave`).
 pub(crate) fn role(port: u16) -> Option<String> {
     info(port, "replication").and_then(|mut i| i.remove("role"))
-}
-
-/// How many replicas the master on `port` counts as online.
-pub(crate) fn replicas_online(port: u16) -> usize {
-    info(port, "replication").map_or(0, |i| {
-        i.iter()
-            .filter(|(k, v)| {
-                k.starts_with("slave")
-                    && k[5..].parse::<u32>().is_ok()
-                    && v.contains("state=online")
-            })
-            .count()
-    })
 }
 
 /// `true` when the node is a replica whose link to its master is up.
