@@ -195,15 +195,27 @@ pub(crate) fn start(
         .collect();
     master_ports.sort_unstable();
     replica_ports.sort_unstable();
-    // WAIT counts a replica only once its master sees it online
-    for node in all.iter().filter(|n| master_ports.contains(&n.port)) {
-        super::replication::wait_online(node, replicas_per_master, timeout);
+    // a test's WAIT counts a replica only once it has acknowledged something
+    for entry in view.iter().filter(|e| e.is_master() && !e.slots.is_empty()) {
+        let node = all.iter().find(|n| n.port == entry.port);
+        let (Some(node), Some(key)) = (node, served_key(entry)) else {
+            panic!("no started node or no key found for cluster master {entry:?}");
+        };
+        super::replication::wait_acknowledged(node, replicas_per_master, &key, timeout);
     }
     Started {
         nodes: all,
         masters: master_ports,
         replicas: replica_ports,
     }
+}
+
+/// A key in one of the slots `master` serves, asking the node for each candidate's slot.
+fn served_key(master: &Entry) -> Option<String> {
+    (0..1000).map(|i| format!("harness:ready:{i}")).find(|key| {
+        util::query::<u16>(master.port, redis::cmd("CLUSTER").arg("KEYSLOT").arg(key))
+            .is_ok_and(|slot| master.serves(slot))
+    })
 }
 
 /// Runs `redis-cli --cluster create` with a deadline, its output going to `root/cluster-create`.

@@ -31,21 +31,43 @@ pub(crate) fn start(root: &Path, replicas: usize, timeout: Duration) -> Vec<Node
     for replica in &nodes[1..] {
         wait_linked(replica, timeout);
     }
-    wait_online(&nodes[0], replicas, timeout);
+    wait_acknowledged(&nodes[0], replicas, READY_KEY, timeout);
     nodes
 }
 
-/// Waits until the master counts `replicas` replicas as `state=online`: a replica that just
-/// finished its first sync is not counted (for `WAIT`, too) until its first acknowledgement,
-/// which can take up to a second.
-pub(crate) fn wait_online(master: &Node, replicas: usize, timeout: Duration) {
-    if util::poll_until(timeout, || {
-        (util::replicas_online(master.port) >= replicas).then_some(())
-    })
-    .is_err()
-    {
+/// Key the readiness check of a master-replicas topology writes on its master.
+const READY_KEY: &str = "harness:replicas-ready";
+
+/// Waits until `replicas` replicas acknowledge a write of `key` on `master` (`SET` then
+/// `WAIT`), which is exactly what a `WAIT` issued by a test needs. A replica the master already
+/// lists as `state=online` may not acknowledge anything yet: after a diskless first sync the
+/// master streams commands to it only after its first `REPLCONF ACK`, which can take a second.
+/// `key` must be served by `master` (in a cluster: one of its slots).
+///
+/// # Panics
+///
+/// After `timeout`, with the tail of the master's log.
+pub(crate) fn wait_acknowledged(master: &Node, replicas: usize, key: &str, timeout: Duration) {
+    let mut round = 0u64;
+    let acknowledged = util::poll_until(timeout, || {
+        round += 1;
+        let mut con = util::connect(master.port).ok()?;
+        redis::cmd("SET")
+            .arg(key)
+            .arg(round)
+            .query::<()>(&mut con)
+            .ok()?;
+        let acks: usize = redis::cmd("WAIT")
+            .arg(replicas)
+            .arg(100)
+            .query(&mut con)
+            .ok()?;
+        (acks >= replicas).then_some(())
+    });
+    if acknowledged.is_err() {
         panic!(
-            "master on port {} did not see {replicas} replicas online within {timeout:?}\n{}",
+            "{replicas} replicas of the master on port {} did not acknowledge a write within \
+             {timeout:?}\n{}",
             master.port,
             master.log_tail(30)
         );
