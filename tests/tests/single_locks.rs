@@ -377,8 +377,20 @@ async fn fencing_tokens_strictly_increase_across_grants_expiry_and_force_unlock(
         .query(&mut fx.redis())
         .unwrap();
     let g = a.lock(&key).await.unwrap();
-    assert!(g.fence() > *tokens.last().unwrap());
+    let after_flush = g.fence();
+    assert!(after_flush > *tokens.last().unwrap());
     g.release().await.unwrap();
+    // A counter ahead of the server clock (the clock stepped back): tokens go on from it.
+    let ahead = after_flush + 3_600_000_000;
+    let _: () = redis::cmd("SET")
+        .arg(format!("lock:{{{key}}}:fence"))
+        .arg(ahead)
+        .query(&mut fx.redis())
+        .unwrap();
+    let g = a.lock(&key).await.unwrap();
+    assert_eq!(g.fence(), ahead + 1);
+    g.release().await.unwrap();
+    assert_eq!(a.lock(&key).await.unwrap().fence(), ahead + 2);
 }
 
 #[tokio::test]

@@ -7,11 +7,14 @@
 local lock, fence_key, queue, turn_key = KEYS[1], KEYS[2], KEYS[3], KEYS[4]
 local owner, lease, service = ARGV[1], tonumber(ARGV[2]), ARGV[3]
 
-if redis.call('exists', lock) == 0 then
-  -- nobody waits anywhere (a pending turn keeps its service registered): take it
-  if redis.call('exists', queue) == 0 then
-    return {1, grant(lock, owner, lease, fence_key)}
-  end
+-- 0: free and nobody waits anywhere (a pending turn keeps its service registered): take it;
+-- 2: held (and waited for); 1: one of the two, ask which
+local busy = redis.call('exists', lock, queue)
+if busy == 0 then
+  return {1, grant(lock, owner, lease, fence_key)}
+end
+
+if busy == 1 and redis.call('exists', lock) == 0 then
   -- a release may have given the next turn to a waiting service: only it may take the lock
   -- until the turn runs out
   local turn = redis.call('get', turn_key)

@@ -13,12 +13,17 @@ local function now_micros()
   return tonumber(t[1]) * 1000000 + tonumber(t[2])
 end
 
+-- The common case (the clock is ahead of the last token) takes one SET ... GET; only a token
+-- that would not increase is written a second time.
 local function grant(lock, owner, lease_ms, fence_key)
-  local token = tonumber(redis.call('get', fence_key) or '0') + 1
-  local now = now_micros()
-  if now > token then token = now end
+  local token = now_micros()
   local text = string.format('%.0f', token)
-  redis.call('set', fence_key, text)
+  local last = tonumber(redis.call('set', fence_key, text, 'get') or '0')
+  if last >= token then
+    token = last + 1
+    text = string.format('%.0f', token)
+    redis.call('set', fence_key, text)
+  end
   redis.call('hset', lock, owner, 1, ':fence', text)
   redis.call('pexpire', lock, lease_ms)
   return token
