@@ -20,6 +20,8 @@
 //! prefix = "lock:"          # prepended to every key
 //! watchdog_timeout = "30s"  # lease of locks taken without one; renewed every third of it
 //! default_wait = "3s"       # how long annotated fns wait; "forever" to wait without limit
+//! fence_idle_ttl = "7d"     # a lock's fencing counter expires after this long without a grant;
+//!                           #   "never" keeps it forever (one small key per lock name)
 //! ```
 //!
 //! Every key is optional except `mode` and the address fields of the chosen mode. Unknown keys,
@@ -110,6 +112,7 @@ pub struct LockConfig {
     prefix: String,
     watchdog_timeout: Duration,
     default_wait: DefaultWait,
+    fence_idle_ttl: Option<Duration>,
     source: Option<PathBuf>,
 }
 
@@ -119,6 +122,10 @@ const DEFAULT_WATCHDOG_TIMEOUT: Duration = Duration::from_secs(30);
 const DEFAULT_WAIT: Duration = Duration::from_secs(3);
 const DEFAULT_PREFIX: &str = "lock:";
 const DEFAULT_SYNC_TIMEOUT: Duration = Duration::from_secs(1);
+const DEFAULT_FENCE_IDLE_TTL: Duration = Duration::from_secs(7 * 24 * 3600);
+/// The shortest `fence_idle_ttl`: the clock covers for an expired counter only when the counter
+/// sat idle for longer than the server clock may ever step back.
+const MIN_FENCE_IDLE_TTL: Duration = Duration::from_secs(60);
 
 impl LockConfig {
     /// A configuration for the given topology with every other setting at its default.
@@ -134,6 +141,7 @@ impl LockConfig {
             prefix: DEFAULT_PREFIX.to_owned(),
             watchdog_timeout: DEFAULT_WATCHDOG_TIMEOUT,
             default_wait: DefaultWait::For(DEFAULT_WAIT),
+            fence_idle_ttl: Some(DEFAULT_FENCE_IDLE_TTL),
             source: None,
         }
     }
@@ -180,6 +188,26 @@ impl LockConfig {
     /// Sets how long annotated fns wait by default (default 3 s).
     pub fn with_default_wait(mut self, wait: DefaultWait) -> Self {
         self.default_wait = wait;
+        self
+    }
+
+    /// Sets how long a lock's fencing counter lives without a grant (default 7 days, at least
+    /// 1 minute); `None` keeps counters forever.
+    ///
+    /// Tokens are `max(last token + 1, server clock in microseconds)`, so a counter that expired
+    /// after sitting idle is followed by a larger token all the same; the TTL only bounds how
+    /// many counter keys pile up when lock names come and go (`order:<id>`).
+    ///
+    /// ```
+    /// use lock_runtime::LockConfig;
+    /// use std::time::Duration;
+    ///
+    /// let config = LockConfig::single("redis://127.0.0.1:6379")
+    ///     .with_fence_idle_ttl(Some(Duration::from_secs(24 * 3600)));
+    /// assert_eq!(config.fence_idle_ttl(), Some(Duration::from_secs(86_400)));
+    /// ```
+    pub fn with_fence_idle_ttl(mut self, ttl: Option<Duration>) -> Self {
+        self.fence_idle_ttl = ttl;
         self
     }
 
@@ -254,6 +282,10 @@ impl LockConfig {
     pub fn default_wait(&self) -> DefaultWait {
         self.default_wait
     }
+    /// How long a fencing counter lives without a grant (`None`: forever).
+    pub fn fence_idle_ttl(&self) -> Option<Duration> {
+        self.fence_idle_ttl
+    }
     /// The file this configuration was read from, if any.
     pub fn source(&self) -> Option<&Path> {
         self.source.as_deref()
@@ -273,6 +305,15 @@ impl LockConfig {
             return Err(LockError::config(format!(
                 "{origin}: `lock.watchdog_timeout` must be at least 30ms, got {:?}",
                 self.watchdog_timeout
+            )));
+        }
+        if let Some(ttl) = self.fence_idle_ttl
+            && ttl < MIN_FENCE_IDLE_TTL
+        {
+            return Err(LockError::config(format!(
+                "{origin}: `lock.fence_idle_ttl` must be at least 1m (or \"never\"), got {ttl:?}: \
+                 an expired counter is safe only when it sat idle longer than the server clock \
+                 may step back"
             )));
         }
         if self.sync_replicas > 0 {
@@ -350,9 +391,10 @@ struct RawLock {
     prefix: Option<String>,
     watchdog_timeout: Option<ConfigDuration>,
     default_wait: Option<ConfigWait>,
+    fence_idle_ttl: Option<ConfigTtl>,
 }
 
-/// A duration written as `"500ms"`, `"5s"`, `"2m"` or `"1h"`.
+/// A duration written as `"500ms"`, `"5s"`, `"2m"`, `"1h"` or `"7d"`.
 struct ConfigDuration(Duration);
 
 impl<'de> Deserialize<'de> for ConfigDuration {
@@ -379,9 +421,24 @@ impl<'de> Deserialize<'de> for ConfigWait {
     }
 }
 
-/// Parses `"<digits><unit>"` with unit `ms`, `s`, `m` or `h`.
+/// A duration or `"never"`.
+struct ConfigTtl(Option<Duration>);
+
+impl<'de> Deserialize<'de> for ConfigTtl {
+    fn deserialize<D: serde::Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
+        let text = String::deserialize(d)?;
+        if text == "never" {
+            return Ok(ConfigTtl(None));
+        }
+        parse_duration(&text)
+            .map(|d| ConfigTtl(Some(d)))
+            .map_err(|e| serde::de::Error::custom(format!("{e}, or \"never\"")))
+    }
+}
+
+/// Parses `"<digits><unit>"` with unit `ms`, `s`, `m`, `h` or `d`.
 pub(crate) fn parse_duration(text: &str) -> Result<Duration, String> {
-    let expected = "expected a duration like \"500ms\", \"5s\", \"2m\" or \"1h\"";
+    let expected = "expected a duration like \"500ms\", \"5s\", \"2m\", \"1h\" or \"7d\"";
     let digits = text.bytes().take_while(u8::is_ascii_digit).count();
     let (number, unit) = text.split_at(digits);
     let number: u64 = number
@@ -392,6 +449,7 @@ pub(crate) fn parse_duration(text: &str) -> Result<Duration, String> {
         "s" => 1_000,
         "m" => 60_000,
         "h" => 3_600_000,
+        "d" => 86_400_000,
         _ => return Err(format!("{expected}, got {text:?} (unknown unit {unit:?})")),
     };
     let millis = number
@@ -529,6 +587,9 @@ fn parse(text: &str, origin: &str, source: Option<PathBuf>) -> Result<LockConfig
     if let Some(w) = raw.lock.default_wait {
         config.default_wait = w.0;
     }
+    if let Some(t) = raw.lock.fence_idle_ttl {
+        config.fence_idle_ttl = t.0;
+    }
     config.validate().map_err(|e| {
         if config.source.is_none() {
             LockError::config(e.to_string().replacen("lock config", origin, 1))
@@ -562,6 +623,26 @@ mod tests {
         assert_eq!(c.prefix(), "lock:");
         assert_eq!(c.watchdog_timeout(), Duration::from_secs(30));
         assert_eq!(c.default_wait(), DefaultWait::For(Duration::from_secs(3)));
+        assert_eq!(c.fence_idle_ttl(), Some(Duration::from_secs(7 * 86_400)));
+    }
+
+    #[test]
+    fn fence_idle_ttl_is_a_duration_or_never() {
+        let base = "[redis]\nmode = \"single\"\nurl = \"x\"\n[lock]\n";
+        let c = LockConfig::from_toml_str(&format!("{base}fence_idle_ttl = \"never\"\n")).unwrap();
+        assert_eq!(c.fence_idle_ttl(), None);
+        let c = LockConfig::from_toml_str(&format!("{base}fence_idle_ttl = \"2h\"\n")).unwrap();
+        assert_eq!(c.fence_idle_ttl(), Some(Duration::from_secs(7200)));
+        let e = err(&format!("{base}fence_idle_ttl = \"10s\"\n"));
+        assert!(
+            e.contains("`lock.fence_idle_ttl`") && e.contains("1m"),
+            "{e}"
+        );
+        let e = err(&format!("{base}fence_idle_ttl = \"soon\"\n"));
+        assert!(
+            e.contains("`lock.fence_idle_ttl`") && e.contains("never"),
+            "{e}"
+        );
     }
 
     #[test]
@@ -645,6 +726,7 @@ mod tests {
     fn durations() {
         assert_eq!(parse_duration("500ms").unwrap(), Duration::from_millis(500));
         assert_eq!(parse_duration("2m").unwrap(), Duration::from_secs(120));
+        assert_eq!(parse_duration("7d").unwrap(), Duration::from_secs(604_800));
         assert!(parse_duration("5").is_err());
         assert!(parse_duration("ms").is_err());
         assert!(parse_duration("-1s").is_err());

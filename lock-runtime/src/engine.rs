@@ -242,6 +242,11 @@ impl Inner {
         }
     }
 
+    /// The fence counter's idle TTL as the scripts take it (0: never expires).
+    fn fence_ttl_ms(&self) -> u64 {
+        self.config.fence_idle_ttl().map_or(0, Self::millis)
+    }
+
     /// How long a head waits behind a holder of its own service before asking Redis anyway.
     fn behind_recheck(&self) -> Duration {
         (self.config.watchdog_timeout() / 3).min(Duration::from_secs(1))
@@ -317,7 +322,8 @@ impl Inner {
             .arg(&**field)
             .arg(lease_ms)
             .arg(&self.service_id)
-            .arg(horizon_ms);
+            .arg(horizon_ms)
+            .arg(self.fence_ttl_ms());
         let synced = self
             .backend
             .run_synced::<Vec<i64>>("acquire", &invocation)
@@ -405,7 +411,8 @@ impl Inner {
             .arg(next)
             .arg(next_lease)
             .arg(self.waiter_horizon(None))
-            .arg(TURN_MS);
+            .arg(TURN_MS)
+            .arg(self.fence_ttl_ms());
         let reply = match &reservation {
             // a hand-off is a grant: it needs the replicas' acknowledgement like any other
             Some(r) => match self

@@ -394,6 +394,50 @@ async fn fencing_tokens_strictly_increase_across_grants_expiry_and_force_unlock(
 }
 
 #[tokio::test]
+async fn fence_counters_expire_after_the_idle_ttl() {
+    let fx = Fixture::single().await;
+    let key = unique_key("fence-ttl");
+    let fence_key = format!("lock:{{{key}}}:fence");
+    let pttl = || -> i64 {
+        redis::cmd("PTTL")
+            .arg(&fence_key)
+            .query(&mut fx.redis())
+            .unwrap()
+    };
+    let never = LockService::connect(fx.config(LONG_WATCHDOG).with_fence_idle_ttl(None))
+        .await
+        .unwrap();
+    never.lock(&key).await.unwrap().release().await.unwrap();
+    assert_eq!(pttl(), -1, "fence_idle_ttl = never keeps the counter");
+
+    let hour = Duration::from_secs(3600);
+    let locks = LockService::connect(fx.config(LONG_WATCHDOG).with_fence_idle_ttl(Some(hour)))
+        .await
+        .unwrap();
+    let held = locks.lock(&key).await.unwrap();
+    let ttl = pttl();
+    assert!((3_500_000..=3_600_000).contains(&ttl), "counter PTTL {ttl}");
+    // a hand-off to a waiter of the same service is a grant as well
+    let _: () = redis::cmd("PERSIST")
+        .arg(&fence_key)
+        .query(&mut fx.redis())
+        .unwrap();
+    let (l, k) = (locks.clone(), key.clone());
+    let next = tokio::spawn(async move { l.lock(&k).wait(Duration::from_secs(5)).await });
+    waiters_in_line(&locks, &key, 1).await;
+    let first = held.fence();
+    held.release().await.unwrap();
+    let next = next.await.unwrap().unwrap();
+    assert!(next.fence() > first);
+    let ttl = pttl();
+    assert!(
+        (3_500_000..=3_600_000).contains(&ttl),
+        "PTTL after hand-off {ttl}"
+    );
+    next.release().await.unwrap();
+}
+
+#[tokio::test]
 async fn only_the_owner_releases_and_a_dropped_guard_frees_in_the_background() {
     let fx = Fixture::single().await;
     let a = fx.service(LONG_WATCHDOG).await;

@@ -14,15 +14,29 @@ local function now_micros()
 end
 
 -- The common case (the clock is ahead of the last token) takes one SET ... GET; only a token
--- that would not increase is written a second time.
-local function grant(lock, owner, lease_ms, fence_key)
+-- that would not increase is written a second time. The counter expires after fence_ttl_ms
+-- without a grant (0: never); the clock then carries the tokens on.
+local function set_fence(fence_key, text, fence_ttl_ms, get)
+  if fence_ttl_ms > 0 then
+    if get then
+      return redis.call('set', fence_key, text, 'px', fence_ttl_ms, 'get')
+    end
+    return redis.call('set', fence_key, text, 'px', fence_ttl_ms)
+  end
+  if get then
+    return redis.call('set', fence_key, text, 'get')
+  end
+  return redis.call('set', fence_key, text)
+end
+
+local function grant(lock, owner, lease_ms, fence_key, fence_ttl_ms)
   local token = now_micros()
   local text = string.format('%.0f', token)
-  local last = tonumber(redis.call('set', fence_key, text, 'get') or '0')
+  local last = tonumber(set_fence(fence_key, text, fence_ttl_ms, true) or '0')
   if last >= token then
     token = last + 1
     text = string.format('%.0f', token)
-    redis.call('set', fence_key, text)
+    set_fence(fence_key, text, fence_ttl_ms, false)
   end
   redis.call('hset', lock, owner, 1, ':fence', text)
   redis.call('pexpire', lock, lease_ms)

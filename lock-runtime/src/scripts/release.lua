@@ -4,7 +4,8 @@
 -- KEYS[1] lock hash, KEYS[2] fence counter, KEYS[3] waiting-services zset, KEYS[4] turn marker
 -- ARGV[1] owner field, ARGV[2] service id, ARGV[3] wake-up channel, ARGV[4] 'publish' or
 -- 'spublish', ARGV[5] next owner field ('' for none), ARGV[6] next owner's lease in ms,
--- ARGV[7] horizon in ms to keep this service registered when it yields, ARGV[8] turn in ms
+-- ARGV[7] horizon in ms to keep this service registered when it yields, ARGV[8] turn in ms,
+-- ARGV[9] fence counter idle TTL in ms (0: never expires)
 -- Reply: {0} not held by this owner | {1, remaining holds} | {2, 0} freed |
 --        {2, 1} freed, the turn went to another service | {3, token} handed to the next owner
 local lock, fence_key, queue, turn_key = KEYS[1], KEYS[2], KEYS[3], KEYS[4]
@@ -25,7 +26,7 @@ redis.call('del', lock)
 if redis.call('exists', queue) == 0 then
   -- nobody registered as waiting anywhere
   if next_owner ~= '' then
-    return {3, grant(lock, next_owner, tonumber(ARGV[6]), fence_key)}
+    return {3, grant(lock, next_owner, tonumber(ARGV[6]), fence_key, tonumber(ARGV[9]))}
   end
   return {2, 0}
 end
@@ -40,7 +41,7 @@ for _, waiting in ipairs(redis.call('zrange', queue, 0, 1)) do
 end
 if not target then
   if next_owner ~= '' then
-    return {3, grant(lock, next_owner, tonumber(ARGV[6]), fence_key)}
+    return {3, grant(lock, next_owner, tonumber(ARGV[6]), fence_key, tonumber(ARGV[9]))}
   end
   redis.call(publish, channel, '0')
   return {2, 0}
