@@ -101,6 +101,7 @@ async fn a_release_wakes_a_waiter_of_another_service(fx: Fixture) {
     let released = Instant::now();
     guard.release().await.unwrap();
     let (acquired, g) = waiting.await.unwrap().unwrap();
+    // The lock had ~30 s of lease left: only the release message explains a wake-up now.
     assert!(
         acquired - released < Duration::from_secs(2),
         "woke after {:?}",
