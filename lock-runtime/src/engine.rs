@@ -16,13 +16,14 @@ use tokio::sync::Notify;
 use tracing::Instrument;
 
 use crate::backend::Backend;
+use crate::batch::{Batcher, Op};
 use crate::config::LockConfig;
 use crate::detach::Detachable;
 use crate::error::{ErrorKind, LockError};
 use crate::guard::LockGuard;
 use crate::local::{Local, LockKey, OwnerField, ReleaseEnd, Reservation, Turn};
 use crate::owner::{OwnerId, process_instance};
-use crate::scripts;
+use crate::scripts::{self, CHANNEL_SUFFIX, FENCE_SUFFIX, QUEUE_SUFFIX, ScriptCall, TURN_SUFFIX};
 
 pub(crate) struct Inner {
     pub(crate) backend: Backend,
@@ -33,6 +34,7 @@ pub(crate) struct Inner {
     /// Channels the shared subscriber listens on; the async mutex orders (un)subscriptions.
     pub(crate) subscriptions: tokio::sync::Mutex<HashSet<String>>,
     pub(crate) runtime: tokio::runtime::Handle,
+    pub(crate) batcher: Batcher,
 }
 
 /// The Redis names of one lock.
@@ -46,13 +48,6 @@ pub(crate) struct KeyNames {
     pub(crate) turn: Arc<str>,
     pub(crate) channel: Arc<str>,
 }
-
-/// The suffix of wake-up channels, after the lock key.
-pub(crate) const CHANNEL_SUFFIX: &str = ":ch";
-
-/// How long a release reserves the lock for the waiting service it gives the next turn to. The
-/// service claims it within a round trip or two; a service that went away costs at most this.
-const TURN_MS: u64 = 250;
 
 impl KeyNames {
     /// `<prefix>{<key>}` and friends; a key that already has a hash tag keeps it.
@@ -70,9 +65,9 @@ impl KeyNames {
         };
         Ok(KeyNames {
             user: key.into(),
-            fence: format!("{lock}:fence").into(),
-            queue: format!("{lock}:wq").into(),
-            turn: format!("{lock}:turn").into(),
+            fence: format!("{lock}{FENCE_SUFFIX}").into(),
+            queue: format!("{lock}{QUEUE_SUFFIX}").into(),
+            turn: format!("{lock}{TURN_SUFFIX}").into(),
             channel: format!("{lock}{CHANNEL_SUFFIX}").into(),
             lock: lock.into(),
         })
@@ -243,7 +238,7 @@ impl Inner {
     }
 
     /// The fence counter's idle TTL as the scripts take it (0: never expires).
-    fn fence_ttl_ms(&self) -> u64 {
+    pub(crate) fn fence_ttl_ms(&self) -> u64 {
         self.config.fence_idle_ttl().map_or(0, Self::millis)
     }
 
@@ -266,7 +261,7 @@ impl Inner {
 
     /// How long this service stays registered as waiting after a failed attempt: until it
     /// will have tried again at the latest (0: it will not wait, do not register).
-    fn waiter_horizon(&self, deadline: Option<Instant>) -> u64 {
+    pub(crate) fn waiter_horizon(&self, deadline: Option<Instant>) -> u64 {
         let cap = self.config.watchdog_timeout();
         let left = match deadline {
             Some(d) => d.saturating_duration_since(Instant::now()).min(cap),
@@ -314,19 +309,13 @@ impl Inner {
         lease_ms: u64,
         horizon_ms: u64,
     ) -> Result<Attempt, LockError> {
-        let mut invocation = scripts::ACQUIRE.key(&*names.lock);
-        invocation
-            .key(&*names.fence)
-            .key(&*names.queue)
-            .key(&*names.turn)
-            .arg(&**field)
-            .arg(lease_ms)
-            .arg(&self.service_id)
-            .arg(horizon_ms)
-            .arg(self.fence_ttl_ms());
         let synced = self
-            .backend
-            .run_synced::<Vec<i64>>("acquire", &invocation)
+            .run_op(Op::Acquire {
+                names: names.clone(),
+                owner: field.clone(),
+                lease_ms,
+                horizon_ms,
+            })
             .await?;
         match parse_attempt(&synced.reply, names)? {
             Attempt::Granted(_) | Attempt::Reentered(_) if !synced.acknowledged => {
@@ -395,45 +384,23 @@ impl Inner {
         field: OwnerField,
         reservation: Option<Reservation>,
     ) -> Result<Released, LockError> {
-        let (next, next_lease) = match &reservation {
-            Some(r) => (&*r.owner, r.lease_ms),
-            None => ("", 0),
+        let op = Op::Release {
+            names: names.clone(),
+            owner: field,
+            next: reservation.as_ref().map(|r| (r.owner.clone(), r.lease_ms)),
         };
-        let mut invocation = scripts::RELEASE.key(&*names.lock);
-        invocation
-            .key(&*names.fence)
-            .key(&*names.queue)
-            .key(&*names.turn)
-            .arg(&*field)
-            .arg(&self.service_id)
-            .arg(&*names.channel)
-            .arg(self.backend.publish_command())
-            .arg(next)
-            .arg(next_lease)
-            .arg(self.waiter_horizon(None))
-            .arg(TURN_MS)
-            .arg(self.fence_ttl_ms());
-        let reply = match &reservation {
-            // a hand-off is a grant: it needs the replicas' acknowledgement like any other
-            Some(r) => match self
-                .backend
-                .run_synced::<Vec<i64>>("release", &invocation)
-                .await
-            {
-                Ok(synced) => match parse_released(&synced.reply, &names) {
-                    Ok(Released::HandedOff(_)) if !synced.acknowledged => {
+        let reply = match self.run_op(op).await {
+            Ok(synced) => match parse_released(&synced.reply, &names) {
+                // a hand-off is a grant: it needs the replicas' acknowledgement like any other
+                Ok(Released::HandedOff(_)) if !synced.acknowledged => {
+                    if let Some(r) = &reservation {
                         self.give_back_plain(names.clone(), r.owner.clone());
-                        Ok(Released::Freed { yielded: false })
                     }
-                    other => other,
-                },
-                Err(e) => Err(e),
+                    Ok(Released::Freed { yielded: false })
+                }
+                other => other,
             },
-            None => self
-                .backend
-                .run::<Vec<i64>>("release", &invocation)
-                .await
-                .and_then(|r| parse_released(&r, &names)),
+            Err(e) => Err(e),
         };
         let end = match reply {
             Ok(Released::HandedOff(token)) => ReleaseEnd::HandedOff(token),
@@ -505,9 +472,9 @@ impl Drop for Ticket<'_> {
             // nobody here waits any more: releases elsewhere need not give this service a turn
             let (inner, queue) = (self.inner.clone(), self.names.queue.clone());
             self.inner.runtime.spawn(async move {
-                let mut invocation = scripts::LEAVE.key(&*queue);
-                invocation.arg(&inner.service_id);
-                if let Err(e) = inner.backend.run::<i64>("leave", &invocation).await {
+                let mut call = ScriptCall::new(&scripts::LEAVE, 1);
+                call.key(&queue).arg(&inner.service_id);
+                if let Err(e) = inner.backend.run::<i64>("leave", &call).await {
                     tracing::debug!(error = %e, "could not deregister a waiting service");
                 }
             });
@@ -562,11 +529,11 @@ fn token(value: i64) -> u64 {
     u64::try_from(value).unwrap_or(0)
 }
 
-fn parse_attempt(reply: &[i64], names: &KeyNames) -> Result<Attempt, LockError> {
+fn parse_attempt(reply: &[i64; 3], names: &KeyNames) -> Result<Attempt, LockError> {
     match reply {
-        [1, token_value] => Ok(Attempt::Granted(token(*token_value))),
+        [1, token_value, _] => Ok(Attempt::Granted(token(*token_value))),
         [2, token_value, _count] => Ok(Attempt::Reentered(token(*token_value))),
-        [0, ttl] => Ok(Attempt::Held(if *ttl >= 0 {
+        [0, ttl, _] => Ok(Attempt::Held(if *ttl >= 0 {
             Duration::from_millis(*ttl as u64)
         } else {
             // no expiry (set by someone else) or just gone: look again soon
@@ -576,14 +543,14 @@ fn parse_attempt(reply: &[i64], names: &KeyNames) -> Result<Attempt, LockError> 
     }
 }
 
-fn parse_released(reply: &[i64], names: &KeyNames) -> Result<Released, LockError> {
+fn parse_released(reply: &[i64; 3], names: &KeyNames) -> Result<Released, LockError> {
     match reply {
-        [0] => Ok(Released::NotHeld),
-        [1, _] => Ok(Released::StillHeld),
-        [2, yielded] => Ok(Released::Freed {
+        [0, _, _] => Ok(Released::NotHeld),
+        [1, _, _] => Ok(Released::StillHeld),
+        [2, yielded, _] => Ok(Released::Freed {
             yielded: *yielded == 1,
         }),
-        [3, token_value] => Ok(Released::HandedOff(token(*token_value))),
+        [3, token_value, _] => Ok(Released::HandedOff(token(*token_value))),
         _ => Err(bad_reply("release", names, reply)),
     }
 }
@@ -610,20 +577,25 @@ mod tests {
     fn replies_parse() {
         let n = KeyNames::new("p:", "k").unwrap();
         assert!(matches!(
-            parse_attempt(&[1, 9], &n),
+            parse_attempt(&[1, 9, 0], &n),
             Ok(Attempt::Granted(9))
         ));
         assert!(matches!(
             parse_attempt(&[2, 9, 2], &n),
             Ok(Attempt::Reentered(9))
         ));
-        assert!(matches!(parse_attempt(&[0, 50], &n), Ok(Attempt::Held(d)) if d.as_millis() == 50));
-        assert!(parse_attempt(&[7], &n).is_err());
-        assert_eq!(parse_released(&[3, 5], &n).unwrap(), Released::HandedOff(5));
+        assert!(
+            matches!(parse_attempt(&[0, 50, 0], &n), Ok(Attempt::Held(d)) if d.as_millis() == 50)
+        );
+        assert!(parse_attempt(&[7, 0, 0], &n).is_err());
         assert_eq!(
-            parse_released(&[2, 1], &n).unwrap(),
+            parse_released(&[3, 5, 0], &n).unwrap(),
+            Released::HandedOff(5)
+        );
+        assert_eq!(
+            parse_released(&[2, 1, 0], &n).unwrap(),
             Released::Freed { yielded: true }
         );
-        assert!(parse_released(&[], &n).is_err());
+        assert!(parse_released(&[-1, 0, 0], &n).is_err());
     }
 }

@@ -2,6 +2,7 @@
 
 use std::error::Error as StdError;
 use std::fmt;
+use std::sync::Arc;
 
 /// What went wrong, coarsely: match on it to decide what to do.
 ///
@@ -81,7 +82,8 @@ struct Inner {
     kind: ErrorKind,
     key: Option<String>,
     message: String,
-    source: Option<BoxError>,
+    /// Shared, so that one failure can be reported to every caller it concerns.
+    source: Option<Arc<dyn StdError + Send + Sync + 'static>>,
 }
 
 impl LockError {
@@ -102,8 +104,21 @@ impl LockError {
     }
 
     pub(crate) fn with_source(mut self, source: impl Into<BoxError>) -> Self {
-        self.inner.source = Some(source.into());
+        self.inner.source = Some(Arc::from(source.into()));
         self
+    }
+
+    /// The same error again (kind, key, message and source), for the other callers a failed
+    /// batch of operations concerns.
+    pub(crate) fn duplicate(&self) -> Self {
+        LockError {
+            inner: Box::new(Inner {
+                kind: self.inner.kind,
+                key: self.inner.key.clone(),
+                message: self.inner.message.clone(),
+                source: self.inner.source.clone(),
+            }),
+        }
     }
 
     pub(crate) fn backend(context: &str, err: redis::RedisError) -> Self {

@@ -92,9 +92,11 @@
 #[doc(hidden)]
 pub mod __private;
 mod backend;
+mod batch;
 pub mod config;
 mod context;
 mod detach;
+mod driver;
 mod engine;
 mod error;
 mod guard;

@@ -5,7 +5,8 @@ use std::sync::Weak;
 use redis::{PushInfo, PushKind, Value};
 use tokio::sync::mpsc::UnboundedReceiver;
 
-use crate::engine::{CHANNEL_SUFFIX, Inner};
+use crate::engine::Inner;
+use crate::scripts::CHANNEL_SUFFIX;
 
 /// Routes pushes until the service is dropped.
 pub(crate) async fn run(inner: Weak<Inner>, mut pushes: UnboundedReceiver<PushInfo>) {

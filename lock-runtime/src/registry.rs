@@ -3,9 +3,9 @@
 //! Set it up once with [`init`] or [`init_from_file`]; or let the first annotated call load
 //! `$LOCK_CONFIG`, else `./lock.toml`.
 //!
-//! The global service drives its connections, watchdog and subscriber on a small runtime of its
-//! own (one thread), so it keeps working when it is used from several tokio runtimes or the
-//! runtime that first touched it shuts down (each `#[tokio::test]` has its own runtime).
+//! Like every [`LockService`], it drives its connections, watchdog and subscriber on the
+//! library's own I/O thread, so it keeps working when it is used from several tokio runtimes or
+//! the runtime that first touched it shuts down (each `#[tokio::test]` has its own runtime).
 //!
 //! ```no_run
 //! # async fn demo() -> Result<(), lock_runtime::LockError> {
@@ -15,8 +15,6 @@
 //! ```
 
 use std::path::{Path, PathBuf};
-use std::sync::LazyLock;
-
 use tokio::sync::OnceCell;
 
 use crate::config::LockConfig;
@@ -24,29 +22,6 @@ use crate::error::{ErrorKind, LockError};
 use crate::service::LockService;
 
 static GLOBAL: OnceCell<LockService> = OnceCell::const_new();
-
-/// The runtime the global service's I/O and background tasks live on.
-static DRIVER: LazyLock<tokio::runtime::Runtime> = LazyLock::new(|| {
-    tokio::runtime::Builder::new_multi_thread()
-        .worker_threads(1)
-        .thread_name("lock-runtime-global")
-        .enable_all()
-        .build()
-        .expect("cannot start the lock service's runtime thread")
-});
-
-/// Connects on the global service's own runtime.
-async fn connect_global(config: LockConfig) -> Result<LockService, LockError> {
-    DRIVER
-        .spawn(LockService::connect(config))
-        .await
-        .map_err(|e| {
-            LockError::new(
-                ErrorKind::Backend,
-                format!("connecting the global lock service failed: {e}"),
-            )
-        })?
-}
 
 /// The environment variable naming the config file loaded on first use.
 pub const CONFIG_ENV: &str = "LOCK_CONFIG";
@@ -65,7 +40,7 @@ pub async fn init(config: LockConfig) -> Result<&'static LockService, LockError>
     let service = GLOBAL
         .get_or_try_init(|| {
             ours = true;
-            connect_global(config.clone())
+            LockService::connect(config.clone())
         })
         .await?;
     if !ours && !same_settings(service.config(), &config) {

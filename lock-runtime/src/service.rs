@@ -14,7 +14,8 @@ use crate::error::{ErrorKind, LockError};
 use crate::guard::LockGuard;
 use crate::local::Local;
 use crate::owner::{self, OwnerId};
-use crate::{notify, scripts, watchdog};
+use crate::scripts::ScriptCall;
+use crate::{driver, notify, scripts, watchdog};
 
 /// A connection to Redis that hands out distributed locks.
 ///
@@ -44,11 +45,21 @@ pub struct LockService {
 impl LockService {
     /// Connects to the topology in `config` and starts the service's watchdog and subscriber.
     ///
+    /// The connections and background tasks run on the library's I/O thread (one per process,
+    /// shared by all services), so the service works from any tokio runtime and outlives the
+    /// one it was created on.
+    ///
     /// # Errors
     /// [`ErrorKind::Config`] for an invalid configuration; [`ErrorKind::Backend`] when Redis
     /// cannot be reached within `connect_timeout`.
     pub async fn connect(config: LockConfig) -> Result<LockService, LockError> {
         config.validate()?;
+        driver::run(Self::connect_on_driver(config)).await
+    }
+
+    /// The part of [`connect`](Self::connect) that runs on the I/O thread: connections and
+    /// background tasks are created there and stay there.
+    async fn connect_on_driver(config: LockConfig) -> Result<LockService, LockError> {
         let (push_tx, push_rx) = tokio::sync::mpsc::unbounded_channel();
         let backend = Backend::connect(&config, push_tx).await?;
         let runtime = tokio::runtime::Handle::current();
@@ -60,6 +71,7 @@ impl LockService {
             service_id: uuid::Uuid::new_v4().simple().to_string(),
             subscriptions: tokio::sync::Mutex::new(HashSet::new()),
             runtime: runtime.clone(),
+            batcher: Default::default(),
         });
         runtime.spawn(watchdog::run(Arc::downgrade(&inner), period));
         runtime.spawn(notify::run(Arc::downgrade(&inner), push_rx));
@@ -101,12 +113,12 @@ impl LockService {
     /// [`ErrorKind::InvalidKey`] or [`ErrorKind::Backend`].
     pub async fn force_unlock(&self, key: &str) -> Result<bool, LockError> {
         let names = self.names(key)?;
-        let mut invocation = scripts::FORCE_UNLOCK.key(&*names.lock);
-        invocation
-            .key(&*names.turn)
+        let mut call = ScriptCall::new(&scripts::FORCE_UNLOCK, 2);
+        call.key(&names.lock)
+            .key(&names.turn)
             .arg(&*names.channel)
             .arg(self.inner.backend.publish_command());
-        let removed: i64 = self.inner.backend.run("force_unlock", &invocation).await?;
+        let removed: i64 = self.inner.backend.run("force_unlock", &call).await?;
         if removed == 1 {
             tracing::warn!(key = %names.user, "lock force-unlocked");
             self.inner.local.mark_lost(&names.lock);
@@ -121,11 +133,10 @@ impl LockService {
     /// [`ErrorKind::InvalidKey`] or [`ErrorKind::Backend`].
     pub async fn inspect(&self, key: &str) -> Result<LockInfo, LockError> {
         let names = self.names(key)?;
-        let mut invocation = scripts::INSPECT.key(&*names.lock);
-        invocation.key(&*names.fence).key(&*names.queue);
+        let mut call = ScriptCall::new(&scripts::INSPECT, 3);
+        call.key(&names.lock).key(&names.fence).key(&names.queue);
         type Reply = (Vec<(String, String)>, i64, i64, i64);
-        let (fields, ttl, last, waiting): Reply =
-            self.inner.backend.run("inspect", &invocation).await?;
+        let (fields, ttl, last, waiting): Reply = self.inner.backend.run("inspect", &call).await?;
         let mut info = LockInfo {
             key: key.to_owned(),
             holder: None,

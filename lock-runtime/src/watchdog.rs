@@ -9,7 +9,7 @@ use redis::cluster_routing::Slot;
 
 use crate::engine::Inner;
 use crate::local::Renewal;
-use crate::scripts;
+use crate::scripts::{self, ScriptCall};
 
 /// Locks renewed per script call (one round trip each).
 const BATCH: usize = 256;
@@ -51,15 +51,15 @@ async fn renew_all(inner: &Arc<Inner>) {
         vec![due]
     };
     for batch in groups.iter().flat_map(|group| group.chunks(BATCH)) {
-        let mut invocation = scripts::RENEW.prepare_invoke();
+        let mut call = ScriptCall::new(&scripts::RENEW, batch.len());
         for r in batch {
-            invocation.key(&*r.key);
+            call.key(&r.key);
         }
-        invocation.arg(lease_ms);
+        call.arg(lease_ms);
         for r in batch {
-            invocation.arg(&*r.owner);
+            call.arg(&*r.owner);
         }
-        match inner.backend.run::<Vec<i64>>("renew", &invocation).await {
+        match inner.backend.run::<Vec<i64>>("renew", &call).await {
             Ok(flags) if flags.len() == batch.len() => {
                 for (r, flag) in batch.iter().zip(flags) {
                     if flag != 1 {

@@ -18,11 +18,12 @@ use std::future::Future;
 use std::time::Duration;
 
 use redis::aio::ConnectionLike;
-use redis::{FromRedisValue, PushInfo, ScriptInvocation};
+use redis::{FromRedisValue, PushInfo};
 use tokio::sync::mpsc::UnboundedSender;
 
 use crate::config::{LockConfig, Topology};
 use crate::error::{ErrorKind, LockError};
+use crate::scripts::ScriptCall;
 
 /// Connections of one service.
 pub(crate) struct Backend {
@@ -95,21 +96,21 @@ impl Backend {
     pub(crate) async fn run<T: FromRedisValue>(
         &self,
         what: &str,
-        invocation: &ScriptInvocation<'_>,
+        call: &ScriptCall,
     ) -> Result<T, LockError> {
         match &self.conn {
             Conn::Single(s) => {
-                self.timed(what, invocation.invoke_async(&mut s.commands.clone()))
+                self.timed(what, invoke(&mut s.commands.clone(), call))
                     .await
             }
             Conn::Cluster(c) => {
-                self.timed(what, invocation.invoke_async(&mut c.commands.clone()))
+                self.timed(what, invoke(&mut c.commands.clone(), call))
                     .await
             }
             Conn::Sentinel(s) => {
                 let master = s.current();
                 let result = self
-                    .timed(what, invocation.invoke_async(&mut master.commands.clone()))
+                    .timed(what, invoke(&mut master.commands.clone(), call))
                     .await;
                 s.check(&result);
                 result
@@ -122,10 +123,10 @@ impl Backend {
     pub(crate) async fn run_synced<T: FromRedisValue>(
         &self,
         what: &str,
-        invocation: &ScriptInvocation<'_>,
+        call: &ScriptCall,
     ) -> Result<Synced<T>, LockError> {
         let Some((replicas, timeout)) = self.sync else {
-            let reply = self.run(what, invocation).await?;
+            let reply = self.run(what, call).await?;
             return Ok(Synced {
                 reply,
                 acknowledged: true,
@@ -134,19 +135,19 @@ impl Backend {
         let (reply, acks) = match &self.conn {
             Conn::Single(s) => {
                 let mut con = s.synced_connection();
-                self.timed(what, with_wait(&mut con, invocation, replicas, timeout))
+                self.timed(what, with_wait(&mut con, call, replicas, timeout))
                     .await?
             }
             Conn::Cluster(c) => {
                 let mut con = c.synced.clone().unwrap_or_else(|| c.commands.clone());
-                self.timed(what, with_wait(&mut con, invocation, replicas, timeout))
+                self.timed(what, with_wait(&mut con, call, replicas, timeout))
                     .await?
             }
             Conn::Sentinel(s) => {
                 let master = s.current();
                 let mut con = master.synced_connection();
                 let result = self
-                    .timed(what, with_wait(&mut con, invocation, replicas, timeout))
+                    .timed(what, with_wait(&mut con, call, replicas, timeout))
                     .await;
                 s.check(&result);
                 result?
@@ -211,12 +212,31 @@ impl Backend {
     }
 }
 
+/// `EVALSHA`, loading the script and going again on NOSCRIPT.
+async fn invoke<C, T>(con: &mut C, call: &ScriptCall) -> redis::RedisResult<T>
+where
+    C: ConnectionLike + Send,
+    T: FromRedisValue,
+{
+    match call.cmd.query_async(con).await {
+        Err(e) if is_noscript(&e) => {
+            call.script.load_async(con).await?;
+            call.cmd.query_async(con).await
+        }
+        other => other,
+    }
+}
+
+fn is_noscript(e: &redis::RedisError) -> bool {
+    e.kind() == redis::ErrorKind::Server(redis::ServerErrorKind::NoScript)
+}
+
 /// `EVALSHA` + `WAIT replicas timeout` in one pipeline on one connection (`WAIT` counts the
 /// acknowledgements of that connection's writes). Pipelines do not reload scripts by
 /// themselves: on NOSCRIPT load it and go again.
 async fn with_wait<C, T>(
     con: &mut C,
-    invocation: &ScriptInvocation<'_>,
+    call: &ScriptCall,
     replicas: u32,
     timeout: Duration,
 ) -> redis::RedisResult<(T, i64)>
@@ -228,13 +248,13 @@ where
         .unwrap_or(u64::MAX)
         .max(1);
     let mut pipe = redis::pipe();
-    pipe.invoke_script(invocation)
+    pipe.add_command(call.cmd.clone())
         .cmd("WAIT")
         .arg(replicas)
         .arg(timeout_ms);
     match pipe.query_async(con).await {
-        Err(e) if e.kind() == redis::ErrorKind::Server(redis::ServerErrorKind::NoScript) => {
-            invocation.load_async(con).await?;
+        Err(e) if is_noscript(&e) => {
+            call.script.load_async(con).await?;
             pipe.query_async(con).await
         }
         other => other,

@@ -1,0 +1,263 @@
+//! The acquires and releases of one service share script calls when they fall due together.
+//!
+//! An operation that finds a free slot (fewer than [`IN_FLIGHT`] calls on their way) is sent at
+//! once by its own caller, so a lone caller pays nothing for batching. While every slot is taken,
+//! operations queue; when a call comes back, the queued operations go out together as the next
+//! call (up to [`MAX_OPS`] of them), sent by a task of the service. Under load many callers share
+//! one round trip and one script run, in which Redis runs their operations in order, each as it
+//! would run alone (`ops.lua`): throughput grows with the load instead of being capped by the
+//! per-request cost of Redis and of the client.
+//!
+//! In cluster mode operations on different slots cannot share a script call: each is sent
+//! alone.
+
+use std::sync::{Arc, Mutex, MutexGuard};
+
+use redis::Value;
+use tokio::sync::oneshot;
+
+use crate::backend::Synced;
+use crate::engine::{Inner, KeyNames};
+use crate::error::{ErrorKind, LockError};
+use crate::local::OwnerField;
+use crate::scripts::{self, ScriptCall};
+
+/// Script calls on their way at once before operations queue: two keep Redis busy with one
+/// while the client reads the other.
+const IN_FLIGHT: usize = 2;
+/// Operations in one script call at most (bounds how long one call keeps Redis busy).
+const MAX_OPS: usize = 128;
+
+/// One lock operation of `ops.lua`.
+pub(crate) enum Op {
+    Acquire {
+        names: KeyNames,
+        owner: OwnerField,
+        lease_ms: u64,
+        /// How long to stay registered as waiting after a failed attempt (0: do not).
+        horizon_ms: u64,
+    },
+    Release {
+        names: KeyNames,
+        owner: OwnerField,
+        /// The parked waiter of this service to hand the lock to, with its lease.
+        next: Option<(OwnerField, u64)>,
+    },
+}
+
+impl Op {
+    fn names(&self) -> &KeyNames {
+        match self {
+            Op::Acquire { names, .. } | Op::Release { names, .. } => names,
+        }
+    }
+
+    /// Whether it may grant the lock, so the replicas must acknowledge it (`sync_replicas`).
+    fn grants(&self) -> bool {
+        matches!(self, Op::Acquire { .. } | Op::Release { next: Some(_), .. })
+    }
+}
+
+/// The reply of one operation (see `acquire.lua`, `release.lua`), and whether the replicas
+/// acknowledged its call.
+pub(crate) type OpReply = Result<Synced<[i64; 3]>, LockError>;
+
+/// The operations waiting for a free slot, and the slots taken.
+#[derive(Default)]
+pub(crate) struct Batcher {
+    state: Mutex<State>,
+}
+
+#[derive(Default)]
+struct State {
+    queued: Vec<(Op, oneshot::Sender<OpReply>)>,
+    in_flight: usize,
+}
+
+impl Batcher {
+    fn lock(&self) -> MutexGuard<'_, State> {
+        self.state
+            .lock()
+            .unwrap_or_else(|poisoned| poisoned.into_inner())
+    }
+}
+
+/// A taken slot; dropping it sends the queued operations or frees the slot, also when the call
+/// that held it was cancelled or panicked.
+struct Slot<'a> {
+    inner: &'a Arc<Inner>,
+}
+
+impl Drop for Slot<'_> {
+    fn drop(&mut self) {
+        let batch: Vec<_> = {
+            let mut state = self.inner.batcher.lock();
+            if state.queued.is_empty() {
+                state.in_flight -= 1;
+                return;
+            }
+            let n = state.queued.len().min(MAX_OPS);
+            state.queued.drain(..n).collect()
+        };
+        // The slot passes to the task.
+        let inner = self.inner.clone();
+        self.inner.runtime.spawn(async move {
+            let _slot = Slot { inner: &inner };
+            let (ops, senders): (Vec<Op>, Vec<_>) = batch.into_iter().unzip();
+            let replies = inner.send_ops(&ops).await;
+            for ((reply, sender), op) in replies.into_iter().zip(senders).zip(&ops) {
+                if sender.send(reply).is_err() {
+                    // Only when the runtime shuts down: the lease bounds what is left.
+                    tracing::debug!(key = %op.names().user, "lock operation reply dropped");
+                }
+            }
+        });
+    }
+}
+
+impl Inner {
+    /// Runs one operation on Redis: at once when a slot is free, else with the next call.
+    ///
+    /// # Cancel safety
+    /// Not cancel safe on its own (a grant could be lost): callers run it inside a
+    /// [`Detachable`](crate::detach::Detachable) or a task of their own.
+    pub(crate) async fn run_op(self: &Arc<Self>, op: Op) -> OpReply {
+        let op = match self.take_slot_or_queue(op) {
+            Ok(op) => op,
+            Err(reply) => {
+                return reply.await.unwrap_or_else(|_| {
+                    Err(LockError::new(
+                        ErrorKind::Backend,
+                        "the lock service stopped before Redis answered",
+                    ))
+                });
+            }
+        };
+        // (built only when a slot was taken: dropping a Slot frees one)
+        let _slot = (!self.backend.is_cluster()).then(|| Slot { inner: self });
+        let ops = [op];
+        let mut replies = self.send_ops(&ops).await;
+        replies
+            .pop()
+            .unwrap_or_else(|| Err(bad_batch(&ops, "no reply")))
+    }
+
+    /// Takes a slot and gives `op` back to be sent now, or queues it for the next call.
+    fn take_slot_or_queue(&self, op: Op) -> Result<Op, oneshot::Receiver<OpReply>> {
+        if self.backend.is_cluster() {
+            return Ok(op);
+        }
+        let mut state = self.batcher.lock();
+        if state.in_flight < IN_FLIGHT {
+            state.in_flight += 1;
+            return Ok(op);
+        }
+        let (sender, reply) = oneshot::channel();
+        state.queued.push((op, sender));
+        Err(reply)
+    }
+
+    /// One `ops.lua` call for `ops`; one reply per operation, in order.
+    async fn send_ops(&self, ops: &[Op]) -> Vec<OpReply> {
+        let mut call = ScriptCall::new(&scripts::OPS, ops.len());
+        for op in ops {
+            call.key(&op.names().lock);
+        }
+        call.arg(&self.service_id)
+            .arg(self.backend.publish_command())
+            .arg(self.fence_ttl_ms())
+            .arg(self.waiter_horizon(None));
+        for op in ops {
+            match op {
+                Op::Acquire {
+                    owner,
+                    lease_ms,
+                    horizon_ms,
+                    ..
+                } => call.arg("a").arg(&**owner).arg(lease_ms).arg(horizon_ms),
+                Op::Release { owner, next, .. } => {
+                    let (next_owner, next_lease) =
+                        next.as_ref().map_or(("", 0), |(o, lease)| (&**o, *lease));
+                    call.arg("r").arg(&**owner).arg(next_owner).arg(next_lease)
+                }
+            };
+        }
+        let what = if ops.iter().all(|op| matches!(op, Op::Acquire { .. })) {
+            "acquire"
+        } else if ops.iter().all(|op| matches!(op, Op::Release { .. })) {
+            "release"
+        } else {
+            "acquire/release"
+        };
+        let result = if ops.iter().any(Op::grants) {
+            self.backend.run_synced::<Vec<Value>>(what, &call).await
+        } else {
+            self.backend
+                .run::<Vec<Value>>(what, &call)
+                .await
+                .map(|reply| Synced {
+                    reply,
+                    acknowledged: true,
+                })
+        };
+        match result {
+            Ok(synced) if synced.reply.len() == ops.len() * 3 => synced
+                .reply
+                .chunks_exact(3)
+                .zip(ops)
+                .map(|(values, op)| {
+                    op_reply(values, op).map(|reply| Synced {
+                        reply,
+                        acknowledged: synced.acknowledged,
+                    })
+                })
+                .collect(),
+            Ok(synced) => {
+                let why = format!("{} replies", synced.reply.len());
+                ops.iter().map(|_| Err(bad_batch(ops, &why))).collect()
+            }
+            Err(e) => ops.iter().map(|_| Err(e.duplicate())).collect(),
+        }
+    }
+}
+
+/// The three elements of the `ops.lua` reply for one operation: its values (integers, tokens as
+/// decimal text), or `-1, message` when it failed.
+fn op_reply(values: &[Value], op: &Op) -> Result<[i64; 3], LockError> {
+    let user = &op.names().user;
+    let failed = |why: String| {
+        LockError::new(
+            ErrorKind::Backend,
+            format!("redis lock operation on `{user}` failed: {why}"),
+        )
+        .with_key(user)
+    };
+    if let [Value::Int(-1), message, _] = values {
+        return Err(failed(match message {
+            Value::BulkString(bytes) => String::from_utf8_lossy(bytes).into_owned(),
+            other => format!("{other:?}"),
+        }));
+    }
+    let mut reply = [0; 3];
+    for (slot, value) in reply.iter_mut().zip(values) {
+        *slot = match value {
+            Value::Int(n) => *n,
+            Value::BulkString(digits) => std::str::from_utf8(digits)
+                .ok()
+                .and_then(|text| text.parse().ok())
+                .ok_or_else(|| failed(format!("unexpected reply element {value:?}")))?,
+            other => return Err(failed(format!("unexpected reply element {other:?}"))),
+        };
+    }
+    Ok(reply)
+}
+
+fn bad_batch(ops: &[Op], why: &str) -> LockError {
+    LockError::new(
+        ErrorKind::Backend,
+        format!(
+            "unexpected reply from the lock operations script for {} operation(s): {why}",
+            ops.len()
+        ),
+    )
+}
