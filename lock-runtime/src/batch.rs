@@ -20,7 +20,7 @@ use crate::backend::Synced;
 use crate::engine::{Inner, KeyNames};
 use crate::error::{ErrorKind, LockError};
 use crate::local::OwnerField;
-use crate::scripts::{self, ScriptCall};
+use crate::scripts::ScriptCall;
 
 /// Script calls on their way at once before operations queue: two keep Redis busy with one
 /// while the client reads the other.
@@ -159,14 +159,11 @@ impl Inner {
 
     /// One `ops.lua` call for `ops`; one reply per operation, in order.
     async fn send_ops(&self, ops: &[Op]) -> Vec<OpReply> {
-        let mut call = ScriptCall::new(&scripts::OPS, ops.len());
+        let mut call = ScriptCall::new(&self.ops_script, ops.len());
         for op in ops {
             call.key(&op.names().lock);
         }
-        call.arg(&self.service_id)
-            .arg(self.backend.publish_command())
-            .arg(self.fence_ttl_ms())
-            .arg(self.waiter_horizon(None));
+        call.arg(&self.service_id);
         for op in ops {
             match op {
                 Op::Acquire {

@@ -1,15 +1,11 @@
-//! The library's I/O thread: one small runtime that drives the Redis connections, watchdogs and
-//! subscribers of every [`LockService`](crate::LockService) in the process.
+//! The global service's I/O thread: a small runtime of its own that drives the connections,
+//! watchdog and subscriber of the process-wide [`LockService`](crate::LockService).
 //!
-//! Why a thread of its own rather than the caller's runtime:
-//! - a service keeps working when it is used from several runtimes, or after the runtime that
-//!   created it shut down (each `#[tokio::test]` has its own);
-//! - latency: a reply is read and handed to the waiting caller by a thread that does nothing
-//!   else, instead of by a worker that may be busy with application tasks or asleep in the
-//!   caller's runtime (the bench's S1 measures the difference).
-//!
-//! Lock calls still run their own logic in the caller's task; only the connections' reading
-//! and writing, and the background tasks, live here.
+//! Annotated fns may run on any runtime (each `#[tokio::test]` has its own, actix-web runs one
+//! per worker thread): a service driven by one of them would stop with it. Services made with
+//! [`LockService::connect`](crate::LockService::connect) run on their caller's runtime instead,
+//! where replies wake the waiting tasks without a hop between threads (the bench's S2 to S4
+//! measure the difference; S1, one task alone, is faster on a thread of its own).
 
 use std::future::Future;
 use std::sync::LazyLock;
@@ -19,10 +15,10 @@ use crate::error::{ErrorKind, LockError};
 static DRIVER: LazyLock<tokio::runtime::Runtime> = LazyLock::new(|| {
     tokio::runtime::Builder::new_multi_thread()
         .worker_threads(1)
-        .thread_name("lock-runtime-io")
+        .thread_name("lock-runtime-global")
         .enable_all()
         .build()
-        .expect("cannot start the lock service's I/O thread")
+        .expect("cannot start the global lock service's thread")
 });
 
 /// Runs `future` on the I/O thread and waits for it from any executor.
@@ -32,7 +28,7 @@ pub(crate) async fn run<T: Send + 'static>(
     DRIVER.spawn(future).await.map_err(|e| {
         LockError::new(
             ErrorKind::Backend,
-            format!("the lock service's I/O thread failed: {e}"),
+            format!("connecting the global lock service failed: {e}"),
         )
     })?
 }

@@ -27,6 +27,8 @@ use crate::scripts::{self, CHANNEL_SUFFIX, FENCE_SUFFIX, QUEUE_SUFFIX, ScriptCal
 
 pub(crate) struct Inner {
     pub(crate) backend: Backend,
+    /// `ops.lua` with this service's settings (see [`scripts::ops`]).
+    pub(crate) ops_script: redis::Script,
     pub(crate) local: Local,
     pub(crate) config: LockConfig,
     /// Identifies this service among the services waiting for a lock (fair turns between them).
@@ -238,8 +240,8 @@ impl Inner {
     }
 
     /// The fence counter's idle TTL as the scripts take it (0: never expires).
-    pub(crate) fn fence_ttl_ms(&self) -> u64 {
-        self.config.fence_idle_ttl().map_or(0, Self::millis)
+    pub(crate) fn fence_ttl_ms_of(config: &LockConfig) -> u64 {
+        config.fence_idle_ttl().map_or(0, Self::millis)
     }
 
     /// How long a head waits behind a holder of its own service before asking Redis anyway.
@@ -261,8 +263,12 @@ impl Inner {
 
     /// How long this service stays registered as waiting after a failed attempt: until it
     /// will have tried again at the latest (0: it will not wait, do not register).
-    pub(crate) fn waiter_horizon(&self, deadline: Option<Instant>) -> u64 {
-        let cap = self.config.watchdog_timeout();
+    fn waiter_horizon(&self, deadline: Option<Instant>) -> u64 {
+        Self::waiter_horizon_of(&self.config, deadline)
+    }
+
+    pub(crate) fn waiter_horizon_of(config: &LockConfig, deadline: Option<Instant>) -> u64 {
+        let cap = config.watchdog_timeout();
         let left = match deadline {
             Some(d) => d.saturating_duration_since(Instant::now()).min(cap),
             None => cap,
@@ -274,7 +280,7 @@ impl Inner {
         }
     }
 
-    /// One run of `acquire.lua`. The call completes even if the caller goes away: a grant that
+    /// One acquire (`acquire.lua`). The call completes even if the caller goes away: a grant that
     /// arrives after that is given back; `fresh`: the owner did not hold the lock before, so a
     /// call whose outcome is unknown (timed out) is given back too.
     async fn attempt(

@@ -3,9 +3,9 @@
 //! Set it up once with [`init`] or [`init_from_file`]; or let the first annotated call load
 //! `$LOCK_CONFIG`, else `./lock.toml`.
 //!
-//! Like every [`LockService`], it drives its connections, watchdog and subscriber on the
-//! library's own I/O thread, so it keeps working when it is used from several tokio runtimes or
-//! the runtime that first touched it shuts down (each `#[tokio::test]` has its own runtime).
+//! The global service drives its connections, watchdog and subscriber on a small runtime of its
+//! own (one thread), so it keeps working when it is used from several tokio runtimes or the
+//! runtime that first touched it shuts down (each `#[tokio::test]` has its own runtime).
 //!
 //! ```no_run
 //! # async fn demo() -> Result<(), lock_runtime::LockError> {
@@ -18,6 +18,7 @@ use std::path::{Path, PathBuf};
 use tokio::sync::OnceCell;
 
 use crate::config::LockConfig;
+use crate::driver;
 use crate::error::{ErrorKind, LockError};
 use crate::service::LockService;
 
@@ -40,7 +41,7 @@ pub async fn init(config: LockConfig) -> Result<&'static LockService, LockError>
     let service = GLOBAL
         .get_or_try_init(|| {
             ours = true;
-            LockService::connect(config.clone())
+            driver::run(LockService::connect(config.clone()))
         })
         .await?;
     if !ours && !same_settings(service.config(), &config) {
@@ -74,7 +75,8 @@ pub async fn global() -> Result<&'static LockService, LockError> {
     }
     GLOBAL
         .get_or_try_init(|| async {
-            LockService::connect(LockConfig::from_file(config_path()?)?).await
+            let config = LockConfig::from_file(config_path()?)?;
+            driver::run(LockService::connect(config)).await
         })
         .await
 }

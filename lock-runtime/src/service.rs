@@ -15,7 +15,7 @@ use crate::guard::LockGuard;
 use crate::local::Local;
 use crate::owner::{self, OwnerId};
 use crate::scripts::ScriptCall;
-use crate::{driver, notify, scripts, watchdog};
+use crate::{notify, scripts, watchdog};
 
 /// A connection to Redis that hands out distributed locks.
 ///
@@ -45,26 +45,26 @@ pub struct LockService {
 impl LockService {
     /// Connects to the topology in `config` and starts the service's watchdog and subscriber.
     ///
-    /// The connections and background tasks run on the library's I/O thread (one per process,
-    /// shared by all services), so the service works from any tokio runtime and outlives the
-    /// one it was created on.
+    /// The connections and background tasks run on the tokio runtime this is called on: lock
+    /// calls can be made from any runtime, but the service stops working when that runtime
+    /// shuts down. (The global service of [`init`](crate::init) runs on a thread of its own.)
     ///
     /// # Errors
     /// [`ErrorKind::Config`] for an invalid configuration; [`ErrorKind::Backend`] when Redis
     /// cannot be reached within `connect_timeout`.
     pub async fn connect(config: LockConfig) -> Result<LockService, LockError> {
         config.validate()?;
-        driver::run(Self::connect_on_driver(config)).await
-    }
-
-    /// The part of [`connect`](Self::connect) that runs on the I/O thread: connections and
-    /// background tasks are created there and stay there.
-    async fn connect_on_driver(config: LockConfig) -> Result<LockService, LockError> {
         let (push_tx, push_rx) = tokio::sync::mpsc::unbounded_channel();
         let backend = Backend::connect(&config, push_tx).await?;
         let runtime = tokio::runtime::Handle::current();
         let period = config.watchdog_timeout() / 3;
+        let ops_script = scripts::ops(
+            backend.publish_command(),
+            Inner::fence_ttl_ms_of(&config),
+            Inner::waiter_horizon_of(&config, None),
+        );
         let inner = Arc::new(Inner {
+            ops_script,
             backend,
             local: Local::default(),
             config,

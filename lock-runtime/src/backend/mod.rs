@@ -96,7 +96,7 @@ impl Backend {
     pub(crate) async fn run<T: FromRedisValue>(
         &self,
         what: &str,
-        call: &ScriptCall,
+        call: &ScriptCall<'_>,
     ) -> Result<T, LockError> {
         match &self.conn {
             Conn::Single(s) => {
@@ -123,7 +123,7 @@ impl Backend {
     pub(crate) async fn run_synced<T: FromRedisValue>(
         &self,
         what: &str,
-        call: &ScriptCall,
+        call: &ScriptCall<'_>,
     ) -> Result<Synced<T>, LockError> {
         let Some((replicas, timeout)) = self.sync else {
             let reply = self.run(what, call).await?;
@@ -213,7 +213,7 @@ impl Backend {
 }
 
 /// `EVALSHA`, loading the script and going again on NOSCRIPT.
-async fn invoke<C, T>(con: &mut C, call: &ScriptCall) -> redis::RedisResult<T>
+async fn invoke<C, T>(con: &mut C, call: &ScriptCall<'_>) -> redis::RedisResult<T>
 where
     C: ConnectionLike + Send,
     T: FromRedisValue,
@@ -236,7 +236,7 @@ fn is_noscript(e: &redis::RedisError) -> bool {
 /// themselves: on NOSCRIPT load it and go again.
 async fn with_wait<C, T>(
     con: &mut C,
-    call: &ScriptCall,
+    call: &ScriptCall<'_>,
     replicas: u32,
     timeout: Duration,
 ) -> redis::RedisResult<(T, i64)>

@@ -4,7 +4,7 @@
 -- Returns three values: 1, token, 0: granted | 2, token, hold count: re-entered (tokens as
 -- decimal text) | 0, ms, 0: held by another owner (or it is another service's turn) for about ms
 local function acquire(lock, owner, lease, horizon)
-  local queue = lock .. queue_suffix
+  local queue = lock .. $QUEUE_SUFFIX
   -- 0: free and nobody waits anywhere (a pending turn keeps its service registered): take it;
   -- 2: held (and waited for); 1: one of the two, ask which
   local busy = redis.call('exists', lock, queue)
@@ -15,7 +15,7 @@ local function acquire(lock, owner, lease, horizon)
   if busy == 1 and redis.call('exists', lock) == 0 then
     -- a release may have given the next turn to a waiting service: only it may take the lock
     -- until the turn runs out
-    local turn_key = lock .. turn_suffix
+    local turn_key = lock .. $TURN_SUFFIX
     local turn = redis.call('get', turn_key)
     if not turn or turn == service then
       local token = grant(lock, owner, lease)

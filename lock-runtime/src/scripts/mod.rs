@@ -2,7 +2,7 @@
 //! way they are called.
 //!
 //! Each `.lua` file starts with a header naming its KEYS, ARGV (or parameters) and reply. The
-//! lock operations are one script, [`OPS`]: a line of constants, `prelude.lua` (settings,
+//! lock operations are one script per service settings, [`ops`]: a line of constants, `prelude.lua` (settings,
 //! fencing and waiter helpers), `acquire.lua` and `release.lua` (one function each) and
 //! `ops.lua`, which runs one or many operations per call. Scripts run with EVALSHA and are
 //! loaded on NOSCRIPT (see the backend).
@@ -29,17 +29,37 @@ pub(crate) const CHANNEL_SUFFIX: &str = ":ch";
 /// service claims it within a round trip or two; a service that went away costs at most this.
 pub(crate) const TURN_MS: u64 = 250;
 
-/// The lock operations: the constants above as Lua locals, then the scripts.
-pub(crate) static OPS: LazyLock<Script> = LazyLock::new(|| {
-    Script::new(&format!(
-        "local fence_suffix, queue_suffix, turn_suffix, channel_suffix, turn_ms = \
-         '{FENCE_SUFFIX}', '{QUEUE_SUFFIX}', '{TURN_SUFFIX}', '{CHANNEL_SUFFIX}', {TURN_MS}\n{}{}{}{}",
+/// The lock operations with a service's settings: `prelude.lua`, `acquire.lua`, `release.lua`
+/// and `ops.lua`, with every `$` name replaced by its literal (see `prelude.lua`). Services with
+/// the same settings share one script.
+pub(crate) fn ops(publish: &str, fence_ttl_ms: u64, yield_horizon_ms: u64) -> Script {
+    Script::new(&ops_text(publish, fence_ttl_ms, yield_horizon_ms))
+}
+
+fn ops_text(publish: &str, fence_ttl_ms: u64, yield_horizon_ms: u64) -> String {
+    let mut text = [
         include_str!("prelude.lua"),
         include_str!("acquire.lua"),
         include_str!("release.lua"),
         include_str!("ops.lua"),
-    ))
-});
+    ]
+    .concat();
+    let literals = [
+        ("$FENCE_SUFFIX", format!("'{FENCE_SUFFIX}'")),
+        ("$QUEUE_SUFFIX", format!("'{QUEUE_SUFFIX}'")),
+        ("$TURN_SUFFIX", format!("'{TURN_SUFFIX}'")),
+        ("$CHANNEL_SUFFIX", format!("'{CHANNEL_SUFFIX}'")),
+        ("$TURN_MS", TURN_MS.to_string()),
+        ("$PUBLISH", format!("'{publish}'")),
+        ("$FENCE_TTL", format!("'{fence_ttl_ms}'")),
+        ("$YIELD_HORIZON", yield_horizon_ms.to_string()),
+    ];
+    for (name, literal) in literals {
+        text = text.replace(name, &literal);
+    }
+    text
+}
+
 script!(RENEW, "renew.lua");
 script!(FORCE_UNLOCK, "force_unlock.lua");
 script!(INSPECT, "inspect.lua");
@@ -50,16 +70,15 @@ pub(crate) const FENCE_FIELD: &str = ":fence";
 
 /// One `EVALSHA` of a script, built in a single command buffer (keys first, then arguments).
 #[derive(Clone)]
-pub(crate) struct ScriptCall {
-    pub(crate) script: &'static Script,
+pub(crate) struct ScriptCall<'a> {
+    pub(crate) script: &'a Script,
     pub(crate) cmd: Cmd,
 }
 
-impl ScriptCall {
+impl<'a> ScriptCall<'a> {
     /// A call of `script` with `keys` keys: push exactly that many with [`key`](Self::key)
     /// before the first [`arg`](Self::arg).
-    pub(crate) fn new(script: &'static LazyLock<Script>, keys: usize) -> ScriptCall {
-        let script: &'static Script = script;
+    pub(crate) fn new(script: &'a Script, keys: usize) -> ScriptCall<'a> {
         let mut cmd = redis::cmd("EVALSHA");
         cmd.arg(script.get_hash()).arg(keys);
         ScriptCall { script, cmd }
@@ -73,5 +92,23 @@ impl ScriptCall {
     pub(crate) fn arg(&mut self, arg: impl ToRedisArgs) -> &mut Self {
         self.cmd.arg(arg);
         self
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn ops_gets_every_setting_as_a_literal() {
+        let text = ops_text("spublish", 0, 31_000);
+        assert!(!text.contains('$'), "a setting was left out");
+        assert!(text.contains("redis.call('spublish', channel, target)"));
+        assert!(text.contains("register_waiter(queue, 31000)"));
+        assert!(text.contains("local fence_key = lock .. ':fence'"));
+        assert_ne!(
+            ops("spublish", 0, 31_000).get_hash(),
+            ops("publish", 0, 31_000).get_hash()
+        );
     }
 }

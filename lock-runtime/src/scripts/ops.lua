@@ -1,9 +1,7 @@
 -- Runs lock operations in order, each as if it were a script call of its own: the acquires and
 -- releases of one service that fall due while another call is on its way share one call.
 -- KEYS: one per operation: the lock hash (its other keys are named after it, see prelude.lua)
--- ARGV[1] service id, ARGV[2] 'publish' or 'spublish', ARGV[3] fence counter idle TTL in ms
--- ('0': never expires), ARGV[4] horizon in ms to keep this service registered when a release
--- yields; then four per operation:
+-- ARGV[1] service id; then four per operation:
 --   'a', owner field, lease in ms, waiter horizon in ms       (acquire.lua)
 --   'r', owner field, next owner field or '', its lease in ms (release.lua)
 -- Reply: three elements per operation, in order: the values its function returned (0 for a
@@ -11,7 +9,7 @@
 -- others). One flat array: a table per operation would cost Redis more than the operation.
 local replies = {}
 for i = 1, #KEYS do
-  local a, n = i * 4, i * 3
+  local a, n = i * 4 - 3, i * 3
   local ok, code, x, y
   if ARGV[a + 1] == 'a' then
     ok, code, x, y = pcall(acquire, KEYS[i], ARGV[a + 2], ARGV[a + 3], ARGV[a + 4])

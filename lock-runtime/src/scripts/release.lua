@@ -18,7 +18,7 @@ local function release(lock, owner, next_owner, next_lease)
   end
 
   redis.call('del', lock)
-  local queue = lock .. queue_suffix
+  local queue = lock .. $QUEUE_SUFFIX
   if redis.call('exists', queue) == 0 then
     -- nobody registered as waiting anywhere
     if next_owner ~= '' then
@@ -27,7 +27,7 @@ local function release(lock, owner, next_owner, next_lease)
     return 2, 0
   end
 
-  local channel = lock .. channel_suffix
+  local channel = lock .. $CHANNEL_SUFFIX
   redis.call('zremrangebyscore', queue, '-inf', now_ms())
   local target = nil
   for _, waiting in ipairs(redis.call('zrange', queue, 0, 1)) do
@@ -40,20 +40,20 @@ local function release(lock, owner, next_owner, next_lease)
     if next_owner ~= '' then
       return 3, grant(lock, next_owner, next_lease)
     end
-    redis.call(publish, channel, '0')
+    redis.call($PUBLISH, channel, '0')
     return 2, 0
   end
   -- the target must claim its turn by acquiring; if it does not (gone), the turn runs out and
   -- so does its registration, which keeps the waiting set (and so the turn check) alive until
   -- then
-  redis.call('set', lock .. turn_suffix, target, 'px', turn_ms)
-  redis.call('zadd', queue, 'xx', now_ms() + turn_ms, target)
-  if redis.call('pttl', queue) < turn_ms then
-    redis.call('pexpire', queue, turn_ms)
+  redis.call('set', lock .. $TURN_SUFFIX, target, 'px', $TURN_MS)
+  redis.call('zadd', queue, 'xx', now_ms() + $TURN_MS, target)
+  if redis.call('pttl', queue) < $TURN_MS then
+    redis.call('pexpire', queue, $TURN_MS)
   end
   if next_owner ~= '' then
-    register_waiter(queue, tonumber(yield_horizon))
+    register_waiter(queue, $YIELD_HORIZON)
   end
-  redis.call(publish, channel, target)
+  redis.call($PUBLISH, channel, target)
   return 2, 1
 end
