@@ -39,16 +39,13 @@ pub(crate) struct Inner {
     pub(crate) batcher: Batcher,
 }
 
-/// The Redis names of one lock.
+/// The Redis names of one lock: the lock key, and the keys and channel named after it (made
+/// when needed: the scripts name them themselves).
 #[derive(Clone, Debug)]
 pub(crate) struct KeyNames {
     /// The key as the caller wrote it.
     pub(crate) user: Arc<str>,
     pub(crate) lock: LockKey,
-    pub(crate) fence: Arc<str>,
-    pub(crate) queue: Arc<str>,
-    pub(crate) turn: Arc<str>,
-    pub(crate) channel: Arc<str>,
 }
 
 impl KeyNames {
@@ -67,12 +64,28 @@ impl KeyNames {
         };
         Ok(KeyNames {
             user: key.into(),
-            fence: format!("{lock}{FENCE_SUFFIX}").into(),
-            queue: format!("{lock}{QUEUE_SUFFIX}").into(),
-            turn: format!("{lock}{TURN_SUFFIX}").into(),
-            channel: format!("{lock}{CHANNEL_SUFFIX}").into(),
             lock: lock.into(),
         })
+    }
+
+    /// The fence counter.
+    pub(crate) fn fence(&self) -> String {
+        format!("{}{FENCE_SUFFIX}", self.lock)
+    }
+
+    /// The set of services waiting for the lock.
+    pub(crate) fn queue(&self) -> String {
+        format!("{}{QUEUE_SUFFIX}", self.lock)
+    }
+
+    /// The marker of the service whose turn it is.
+    pub(crate) fn turn(&self) -> String {
+        format!("{}{TURN_SUFFIX}", self.lock)
+    }
+
+    /// The wake-up channel.
+    pub(crate) fn channel(&self) -> String {
+        format!("{}{CHANNEL_SUFFIX}", self.lock)
     }
 }
 
@@ -222,7 +235,7 @@ impl Inner {
                             if !subscribed && !out_of_time {
                                 // Subscribe, then try again: a release between the failed
                                 // attempt and the subscription would otherwise go unnoticed.
-                                self.ensure_subscribed(&names.channel).await?;
+                                self.ensure_subscribed(&names.channel()).await?;
                                 subscribed = true;
                                 continue;
                             }
@@ -476,7 +489,7 @@ impl Drop for Ticket<'_> {
             );
         } else if line_empty {
             // nobody here waits any more: releases elsewhere need not give this service a turn
-            let (inner, queue) = (self.inner.clone(), self.names.queue.clone());
+            let (inner, queue) = (self.inner.clone(), self.names.queue());
             self.inner.runtime.spawn(async move {
                 let mut call = ScriptCall::new(&scripts::LEAVE, 1);
                 call.key(&queue).arg(&inner.service_id);
@@ -569,8 +582,8 @@ mod tests {
     fn key_names_use_a_hash_tag() {
         let n = KeyNames::new("lock:", "goods:42").unwrap();
         assert_eq!(&*n.lock, "lock:{goods:42}");
-        assert_eq!(&*n.fence, "lock:{goods:42}:fence");
-        assert_eq!(&*n.channel, "lock:{goods:42}:ch");
+        assert_eq!(n.fence(), "lock:{goods:42}:fence");
+        assert_eq!(n.channel(), "lock:{goods:42}:ch");
         let n = KeyNames::new("lock:", "shop:{7}:goods:1").unwrap();
         assert_eq!(&*n.lock, "lock:shop:{7}:goods:1", "the user's tag is kept");
         let n = KeyNames::new("lock:", "odd{}key").unwrap();

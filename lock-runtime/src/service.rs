@@ -115,8 +115,8 @@ impl LockService {
         let names = self.names(key)?;
         let mut call = ScriptCall::new(&scripts::FORCE_UNLOCK, 2);
         call.key(&names.lock)
-            .key(&names.turn)
-            .arg(&*names.channel)
+            .key(&names.turn())
+            .arg(names.channel())
             .arg(self.inner.backend.publish_command());
         let removed: i64 = self.inner.backend.run("force_unlock", &call).await?;
         if removed == 1 {
@@ -134,7 +134,9 @@ impl LockService {
     pub async fn inspect(&self, key: &str) -> Result<LockInfo, LockError> {
         let names = self.names(key)?;
         let mut call = ScriptCall::new(&scripts::INSPECT, 3);
-        call.key(&names.lock).key(&names.fence).key(&names.queue);
+        call.key(&names.lock)
+            .key(&names.fence())
+            .key(&names.queue());
         type Reply = (Vec<(String, String)>, i64, i64, i64);
         let (fields, ttl, last, waiting): Reply = self.inner.backend.run("inspect", &call).await?;
         let mut info = LockInfo {

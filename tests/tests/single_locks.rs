@@ -347,6 +347,16 @@ async fn fencing_tokens_strictly_increase_across_grants_expiry_and_force_unlock(
     let after_flush = g.fence();
     assert!(after_flush > *tokens.last().unwrap());
     g.release().await.unwrap();
+    // A stale counter (a failover lost its last writes) does not repeat the tokens it lost.
+    let _: () = redis::cmd("SET")
+        .arg(format!("lock:{{{key}}}:fence"))
+        .arg(after_flush - 1_000)
+        .query(&mut fx.redis())
+        .unwrap();
+    let g = a.lock(&key).await.unwrap();
+    assert!(g.fence() > after_flush, "{} after {after_flush}", g.fence());
+    let after_flush = g.fence();
+    g.release().await.unwrap();
     // A counter ahead of the server clock (the clock stepped back): tokens go on from it.
     let ahead = after_flush + 3_600_000_000;
     let _: () = redis::cmd("SET")

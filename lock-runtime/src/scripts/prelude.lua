@@ -13,45 +13,55 @@
 -- A lock is a hash: one field per owner holding its hold count, plus the field ':fence' holding
 -- the fencing token of the current grant (decimal text). Owner fields never start with ':'.
 --
--- Fencing tokens: the counter counts up by one per grant; when there is none (the first grant,
--- after $FENCE_TTL without grants, or after a failover or flush lost it) it starts again from
--- the server clock in microseconds. So tokens strictly increase: the counter falls behind the
--- clock with time (one per grant against a million per second), so a counter started afresh
--- from the clock is ahead of every token the lost one gave, as long as the clock does not jump
--- back. Tokens stay below 2^53.
+-- Fencing tokens: the next token is max(last token + 1, server clock in microseconds). The
+-- counter alone makes tokens strictly increase; the clock keeps them increasing when the counter
+-- is lost or stale (a failover that drops the last writes, a flush, expiry after $FENCE_TTL ms
+-- without a grant), as long as the clock does not jump back. Tokens stay below 2^53.
 
 -- The calling service (ARGV[1], see ops.lua).
 local service = ARGV[1]
 
--- The server clock in ms, read once per run.
-local clock_ms = nil
-local function now_ms()
-  if not clock_ms then
-    local t = redis.call('time')
-    clock_ms = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
+-- The server clock (TIME's reply: seconds, microseconds), read once per run: grants of one run
+-- may share a reading, the counter keeps their tokens apart.
+local time = nil
+local function clock()
+  if not time then
+    time = redis.call('time')
   end
-  return clock_ms
+  return time
 end
 
--- Grants `lock` to `owner` for lease_ms (text); returns the fencing token as decimal text.
+local function now_ms()
+  local t = clock()
+  return tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
+end
+
+-- Grants `lock` to `owner` for lease_ms (text); returns the fencing token as decimal text. In
+-- the common case the clock is ahead of the last token, and one SET ... GET reads the last
+-- token and writes the new one; only a counter ahead of the clock is written a second time.
+-- Tokens are compared as decimal text without sign or leading zeros (the longer is larger;
+-- digits collate in order in every locale), which costs less than converting them to numbers.
 local function grant(lock, owner, lease_ms)
   local fence_key = lock .. $FENCE_SUFFIX
-  local token = redis.call('incr', fence_key)
-  local text
-  if token == 1 then
-    -- no counter: start from the clock
-    local t = redis.call('time')
-    text = t[1] .. string.sub('00000' .. t[2], -6)
-    redis.call('set', fence_key, text)
-  else
-    text = string.format('%.0f', token)
-  end
+  local t = clock()
+  local token = t[1] .. string.sub('00000' .. t[2], -6)
+  local last
   if $FENCE_TTL ~= '0' then
-    redis.call('pexpire', fence_key, $FENCE_TTL)
+    last = redis.call('set', fence_key, token, 'px', $FENCE_TTL, 'get')
+  else
+    last = redis.call('set', fence_key, token, 'get')
   end
-  redis.call('hset', lock, owner, 1, ':fence', text)
+  if last and (#last > #token or (#last == #token and last >= token)) then
+    token = string.format('%.0f', tonumber(last) + 1)
+    if $FENCE_TTL ~= '0' then
+      redis.call('set', fence_key, token, 'px', $FENCE_TTL)
+    else
+      redis.call('set', fence_key, token)
+    end
+  end
+  redis.call('hset', lock, owner, 1, ':fence', token)
   redis.call('pexpire', lock, lease_ms)
-  return text
+  return token
 end
 
 -- Registers this service as having waiters for the lock until now + horizon_ms (a number).

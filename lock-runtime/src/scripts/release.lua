@@ -5,7 +5,7 @@
 -- Lock hash; owner field; next owner field ('' for none); next owner's lease in ms
 -- Returns two values: 0, 0: not held by this owner | 1, remaining holds | 2, 0: freed |
 -- 2, 1: freed, the turn went to another service |
--- 3, token: handed to the next owner (token as decimal text)
+-- 3, token: handed to the next owner (the token as decimal text)
 local function release(lock, owner, next_owner, next_lease)
   local count = redis.call('hget', lock, owner)
   if not count then
