@@ -51,7 +51,8 @@
 //!
 //! | property | how |
 //! |---|---|
-//! | mutual exclusion | one Lua script per acquire / release; only the owner can release |
+//! | mutual exclusion | every acquire / release runs in a Lua script; only the owner can release |
+//! | throughput | under load the acquires and releases of one service share script calls (one round trip and one script run for many) |
 //! | no deadlock | every lock has a lease: the one you give, or the watchdog's (renewed every third while held) |
 //! | reentrancy | per [`owner`]: a task-local scope, one per request in the web middleware |
 //! | fencing | [`LockGuard::fence`] strictly increases per key across grants |
