@@ -280,6 +280,8 @@ impl Inner {
         Self::waiter_horizon_of(&self.config, deadline)
     }
 
+    /// [`waiter_horizon`](Self::waiter_horizon) for a service with `config` (also before it
+    /// exists: the release script takes the horizon without a deadline as a constant).
     pub(crate) fn waiter_horizon_of(config: &LockConfig, deadline: Option<Instant>) -> u64 {
         let cap = config.watchdog_timeout();
         let left = match deadline {

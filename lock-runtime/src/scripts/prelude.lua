@@ -22,18 +22,15 @@
 local service = ARGV[1]
 
 -- The server clock (TIME's reply: seconds, microseconds), read once per run: grants of one run
--- may share a reading, the counter keeps their tokens apart.
+-- may share a reading, the counter keeps their tokens apart. (Read where it is needed rather
+-- than through a helper: every function defined here is built again on every call.)
 local time = nil
-local function clock()
+
+local function now_ms()
   if not time then
     time = redis.call('time')
   end
-  return time
-end
-
-local function now_ms()
-  local t = clock()
-  return tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
+  return tonumber(time[1]) * 1000 + math.floor(tonumber(time[2]) / 1000)
 end
 
 -- Grants `lock` to `owner` for lease_ms (text); returns the fencing token as decimal text. In
@@ -43,8 +40,10 @@ end
 -- digits collate in order in every locale), which costs less than converting them to numbers.
 local function grant(lock, owner, lease_ms)
   local fence_key = lock .. $FENCE_SUFFIX
-  local t = clock()
-  local token = t[1] .. string.sub('00000' .. t[2], -6)
+  if not time then
+    time = redis.call('time')
+  end
+  local token = time[1] .. string.sub('00000' .. time[2], -6)
   local last
   if $FENCE_TTL ~= '0' then
     last = redis.call('set', fence_key, token, 'px', $FENCE_TTL, 'get')
