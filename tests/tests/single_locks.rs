@@ -568,3 +568,57 @@ async fn services_take_turns_instead_of_one_keeping_the_lock() {
         "the release gave the turn to the waiting service: {order:?}"
     );
 }
+
+#[tokio::test]
+async fn a_failed_operation_fails_alone_also_in_a_shared_call() {
+    let fx = Fixture::single().await;
+    let locks = fx.service(LONG_WATCHDOG).await;
+    let bad = unique_key("wrong-type");
+    // something else wrote a string where the lock's hash goes
+    let _: () = redis::cmd("SET")
+        .arg(format!("lock:{{{bad}}}"))
+        .arg("not a lock")
+        .query(&mut fx.redis())
+        .unwrap();
+    let e = locks.try_lock(&bad).await.unwrap_err();
+    assert_eq!(e.kind(), ErrorKind::Backend);
+    assert!(e.to_string().contains("WRONGTYPE"), "{e}");
+
+    // 32 callers at once: all but the first two queue and share calls with the bad key's
+    let keys: Vec<String> = (0..32)
+        .map(|i| unique_key(&format!("shared-{i}")))
+        .collect();
+    let mut con = fx.redis();
+    let calls_before = evalsha_calls(&mut con);
+    let mut calls = tokio::task::JoinSet::new();
+    for key in keys.iter().cloned().chain([bad.clone()]) {
+        let locks = locks.clone();
+        calls.spawn(async move {
+            let result = locks.try_lock(&key).await;
+            (key, result)
+        });
+    }
+    let mut guards = Vec::new();
+    while let Some(joined) = calls.join_next().await {
+        let (key, result) = joined.unwrap();
+        match result {
+            Ok(guard) => {
+                assert_ne!(key, bad);
+                guards.push(guard);
+            }
+            Err(e) => {
+                assert_eq!(key, bad, "only the bad key fails: {e}");
+                assert!(e.to_string().contains("WRONGTYPE"), "{e}");
+            }
+        }
+    }
+    let calls = evalsha_calls(&mut con) - calls_before;
+    assert!(
+        calls < 33,
+        "33 acquires took {calls} script calls: none were shared"
+    );
+    assert_eq!(guards.len(), keys.len());
+    for guard in guards {
+        guard.release().await.unwrap();
+    }
+}

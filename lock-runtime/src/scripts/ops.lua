@@ -4,9 +4,17 @@
 -- ARGV[1] service id; then four per operation:
 --   'a', owner field, lease in ms, waiter horizon in ms       (acquire.lua)
 --   'r', owner field, next owner field or '', its lease in ms (release.lua)
--- Reply: three elements per operation, in order: the values its function returned (0 for a
--- missing third), or -1, error message, 0 when it failed (a failed operation does not stop the
--- others). One flat array: a table per operation would cost Redis more than the operation.
+-- Reply: three elements per operation, in order: the values its function returned, or -1,
+-- error message, 0 when it failed (a failed operation does not stop the others). One flat
+-- array: a table per operation would cost Redis more than the operation.
+if #KEYS == 1 then
+  -- a lone caller's operation, the common case when there is no load: a failure fails the call,
+  -- which is its failure alone, so it goes without the loop and pcall (7% of its cost)
+  if ARGV[2] == 'a' then
+    return {acquire(KEYS[1], ARGV[3], ARGV[4], ARGV[5])}
+  end
+  return {release(KEYS[1], ARGV[3], ARGV[4], ARGV[5])}
+end
 local replies = {}
 for i = 1, #KEYS do
   local a, n = i * 4 - 3, i * 3
@@ -18,8 +26,8 @@ for i = 1, #KEYS do
   end
   if not ok then
     -- a failed redis.call raises its error as a string (a table with `err` before Redis 7)
-    code, x = -1, type(code) == 'table' and code.err or tostring(code)
+    code, x, y = -1, type(code) == 'table' and code.err or tostring(code), 0
   end
-  replies[n - 2], replies[n - 1], replies[n] = code, x, y or 0
+  replies[n - 2], replies[n - 1], replies[n] = code, x, y
 end
 return replies
