@@ -1,4 +1,4 @@
-//! The global service's I/O thread: a small runtime of its own that drives the connections,
+//! The global service's thread: a small runtime of its own that drives the connections,
 //! watchdog and subscriber of the process-wide [`LockService`](crate::LockService).
 //!
 //! Annotated fns may run on any runtime (each `#[tokio::test]` has its own, actix-web runs one
@@ -21,7 +21,7 @@ static DRIVER: LazyLock<tokio::runtime::Runtime> = LazyLock::new(|| {
         .expect("cannot start the global lock service's thread")
 });
 
-/// Runs `future` on the I/O thread and waits for it from any executor.
+/// Runs `future` on the global service's thread and waits for it from any executor.
 pub(crate) async fn run<T: Send + 'static>(
     future: impl Future<Output = Result<T, LockError>> + Send + 'static,
 ) -> Result<T, LockError> {

@@ -1,11 +1,11 @@
-//! The Lua scripts every state change goes through, compiled once, and [`ScriptCall`], the one
-//! way they are called.
+//! The Lua scripts every state change goes through, and [`ScriptCall`], the one way they are
+//! called.
 //!
 //! Each `.lua` file starts with a header naming its KEYS, ARGV (or parameters) and reply. The
-//! lock operations are one script per service settings, [`ops`]: a line of constants, `prelude.lua` (settings,
-//! fencing and waiter helpers), `acquire.lua` and `release.lua` (one function each) and
-//! `ops.lua`, which runs one or many operations per call. Scripts run with EVALSHA and are
-//! loaded on NOSCRIPT (see the backend).
+//! lock operations are one script, built per service settings by [`ops`]: `prelude.lua`
+//! (settings, fencing and waiter helpers), `acquire.lua` and `release.lua` (one function each)
+//! and `ops.lua`, which runs one or many operations per call. The other scripts are static.
+//! Scripts run with EVALSHA and are loaded on NOSCRIPT (see the backend).
 
 use std::sync::LazyLock;
 
