@@ -17,9 +17,9 @@ use redis::Value;
 use tokio::sync::oneshot;
 
 use crate::backend::Synced;
-use crate::engine::{Inner, KeyNames};
+use crate::engine::{Ask, Inner, KeyNames};
 use crate::error::{ErrorKind, LockError};
-use crate::local::OwnerField;
+use crate::local::{GrantId, OwnerField};
 use crate::scripts::ScriptCall;
 
 /// Script calls on their way at once before operations queue: two keep Redis busy with one
@@ -33,15 +33,19 @@ pub(crate) enum Op {
     Acquire {
         names: KeyNames,
         owner: OwnerField,
+        /// The id of the grant this attempt makes or confirms.
+        grant: GrantId,
         lease_ms: u64,
-        /// How long to stay registered as waiting after a failed attempt (0: do not).
-        horizon_ms: u64,
+        ask: Ask,
     },
     Release {
         names: KeyNames,
         owner: OwnerField,
-        /// The parked waiter of this service to hand the lock to, with its lease.
-        next: Option<(OwnerField, u64)>,
+        /// The grant to release.
+        grant: GrantId,
+        /// The parked waiter of this service to hand the lock to: its owner, grant id and
+        /// lease.
+        next: Option<(OwnerField, GrantId, u64)>,
     },
 }
 
@@ -54,7 +58,13 @@ impl Op {
 
     /// Whether it may grant the lock, so the replicas must acknowledge it (`sync_replicas`).
     fn grants(&self) -> bool {
-        matches!(self, Op::Acquire { .. } | Op::Release { next: Some(_), .. })
+        matches!(
+            self,
+            Op::Acquire {
+                ask: Ask::Grant { .. },
+                ..
+            } | Op::Release { next: Some(_), .. }
+        )
     }
 }
 
@@ -159,23 +169,43 @@ impl Inner {
 
     /// One `ops.lua` call for `ops`; one reply per operation, in order.
     async fn send_ops(&self, ops: &[Op]) -> Vec<OpReply> {
-        let mut call = ScriptCall::new(&self.ops_script, ops.len());
+        // every key a script touches is declared (correct while a cluster slot migrates)
+        let mut call = ScriptCall::new(&self.ops_script, ops.len() * 4);
         for op in ops {
-            call.key(&op.names().lock);
+            let names = op.names();
+            call.key(&names.lock)
+                .key(&names.fence())
+                .key(&names.queue())
+                .key(&names.turn());
         }
         call.arg(&self.service_id);
         for op in ops {
             match op {
                 Op::Acquire {
                     owner,
+                    grant,
                     lease_ms,
-                    horizon_ms,
+                    ask,
                     ..
-                } => call.arg("a").arg(&**owner).arg(lease_ms).arg(horizon_ms),
-                Op::Release { owner, next, .. } => {
-                    let (next_owner, next_lease) =
-                        next.as_ref().map_or(("", 0), |(o, lease)| (&**o, *lease));
-                    call.arg("r").arg(&**owner).arg(next_owner).arg(next_lease)
+                } => call
+                    .arg("a")
+                    .arg(&**owner)
+                    .arg(&**grant)
+                    .arg(lease_ms)
+                    .arg(ask.horizon_arg())
+                    .arg(""),
+                Op::Release {
+                    owner, grant, next, ..
+                } => {
+                    let (next_owner, next_grant, next_lease) = next
+                        .as_ref()
+                        .map_or(("", "", 0), |(o, g, lease)| (&**o, &**g, *lease));
+                    call.arg("r")
+                        .arg(&**owner)
+                        .arg(&**grant)
+                        .arg(next_owner)
+                        .arg(next_grant)
+                        .arg(next_lease)
                 }
             };
         }

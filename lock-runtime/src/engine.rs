@@ -21,9 +21,13 @@ use crate::config::LockConfig;
 use crate::detach::Detachable;
 use crate::error::{ErrorKind, LockError};
 use crate::guard::LockGuard;
-use crate::local::{Local, LockKey, OwnerField, ReleaseEnd, Reservation, Turn};
+use crate::local::{
+    GrantId, Local, LockKey, OwnerField, ReleaseEnd, ReleasePlan, Reservation, Turn, new_grant_id,
+};
 use crate::owner::{OwnerId, process_instance};
-use crate::scripts::{self, CHANNEL_SUFFIX, FENCE_SUFFIX, QUEUE_SUFFIX, ScriptCall, TURN_SUFFIX};
+use crate::scripts::{
+    self, CHANNEL_SUFFIX, FENCE_SUFFIX, MAX_LEASE_MS, QUEUE_SUFFIX, ScriptCall, TURN_SUFFIX,
+};
 
 pub(crate) struct Inner {
     pub(crate) backend: Backend,
@@ -49,7 +53,10 @@ pub(crate) struct KeyNames {
 }
 
 impl KeyNames {
-    /// `<prefix>{<key>}` and friends; a key that already has a hash tag keeps it.
+    /// `<prefix>{<key>}`, with `%`, `{` and `}` in the key written as `%25`, `%7B` and `%7D`:
+    /// the hash tag (and so the cluster slot) is always the whole key, whatever text the key
+    /// was built from, and since a lock key always ends with `}`, no key can name another
+    /// lock's fence counter, waiting set or turn marker (`<lock key>:fence` and so on).
     pub(crate) fn new(prefix: &str, key: &str) -> Result<KeyNames, LockError> {
         if key.is_empty() {
             return Err(LockError::new(
@@ -57,11 +64,18 @@ impl KeyNames {
                 "lock key is empty; give every lock a name such as \"goods:42\"",
             ));
         }
-        let lock = if has_hash_tag(key) {
-            format!("{prefix}{key}")
-        } else {
-            format!("{prefix}{{{key}}}")
-        };
+        let mut lock = String::with_capacity(prefix.len() + key.len() + 2);
+        lock.push_str(prefix);
+        lock.push('{');
+        for c in key.chars() {
+            match c {
+                '%' => lock.push_str("%25"),
+                '{' => lock.push_str("%7B"),
+                '}' => lock.push_str("%7D"),
+                c => lock.push(c),
+            }
+        }
+        lock.push('}');
         Ok(KeyNames {
             user: key.into(),
             lock: lock.into(),
@@ -89,19 +103,34 @@ impl KeyNames {
     }
 }
 
-/// Redis Cluster's rule: the first `{` followed later by a `}` with something in between.
-fn has_hash_tag(key: &str) -> bool {
-    key.find('{')
-        .and_then(|open| key[open + 1..].find('}'))
-        .is_some_and(|len| len > 0)
-}
-
 /// The reply of `acquire.lua`.
 #[derive(Debug, Clone, Copy)]
 pub(crate) enum Attempt {
+    /// Granted to this attempt.
     Granted(u64),
-    Reentered(u64),
+    /// The owner holds it under this attempt's grant id: a confirmed re-entry, or an attempt
+    /// that had run before (for a fresh attempt, a grant like [`Attempt::Granted`]).
+    Holding(u64),
     Held(Duration),
+}
+
+/// What an acquire attempt asks of `acquire.lua`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Ask {
+    /// A new grant; stay registered as waiting for this many ms after a failure (0: do not).
+    Grant { horizon_ms: u64 },
+    /// Confirm (and extend) the owner's grant with this attempt's grant id; never grant.
+    Confirm,
+}
+
+impl Ask {
+    /// The horizon argument of `acquire.lua`.
+    pub(crate) fn horizon_arg(self) -> i64 {
+        match self {
+            Ask::Grant { horizon_ms } => i64::try_from(horizon_ms).unwrap_or(i64::MAX),
+            Ask::Confirm => -1,
+        }
+    }
 }
 
 /// The reply of `release.lua`.
@@ -146,8 +175,10 @@ impl Inner {
             waited_ms = tracing::field::Empty,
         );
         let started = Instant::now();
+        // a wait too long to count in an Instant is forever
+        let deadline = wait.and_then(|w| started.checked_add(w));
         let result = self
-            .acquire_inner(names, owner, lease, wait.map(|w| started + w), started)
+            .acquire_inner(names, owner, lease, deadline, started)
             .instrument(span.clone())
             .await;
         span.record("waited_ms", started.elapsed().as_millis() as u64);
@@ -168,33 +199,44 @@ impl Inner {
         let field = owner_field(&owner);
         let lease_ms = Self::millis(lease.unwrap_or(self.config.watchdog_timeout()));
         let watched = lease.is_none();
-        let guard = |inner: &Arc<Self>, token, lost, since| {
+        let guard = |inner: &Arc<Self>, token, grant: &GrantId, cell| {
             LockGuard::new(
                 inner.clone(),
                 names.clone(),
                 owner.clone(),
                 field.clone(),
+                grant.clone(),
                 token,
                 lease,
-                lost,
-                since,
+                cell,
             )
         };
 
         // Re-entry: the owner holds the key here already, so it must not queue behind waiters
-        // that wait for it.
-        if self.local.holds(&names.lock, &field) {
+        // that wait for it. Redis confirms that grant (and extends it to this lease); if it is
+        // gone, its guards are lost and this call waits for a new grant like any other.
+        if let Some(grant) = self.local.holding(&names.lock, &field) {
             let sent = Instant::now();
-            match self.attempt(&names, &field, lease_ms, 0, false).await? {
-                Attempt::Granted(token) | Attempt::Reentered(token) => {
-                    let lost = self.local.add_hold(&names.lock, &field, watched, lease_ms);
-                    return Ok(guard(self, token, lost, sent));
+            match self
+                .attempt(&names, &field, &grant, lease_ms, Ask::Confirm)
+                .await?
+            {
+                Attempt::Granted(token) | Attempt::Holding(token) => {
+                    if let Some(cell) =
+                        self.local
+                            .add_guard(&names.lock, &grant, watched, sent, lease_ms)
+                    {
+                        return Ok(guard(self, token, &grant, cell));
+                    }
                 }
-                Attempt::Held(_) => {} // lost meanwhile: wait in line like everyone else
+                Attempt::Held(_) => self.local.drop_grant(&names.lock, &grant),
             }
         }
 
-        let (id, wake) = self.local.enqueue(&names.lock, &field, lease_ms, watched);
+        let grant = new_grant_id();
+        let (id, wake) = self
+            .local
+            .enqueue(&names.lock, &field, &grant, lease_ms, watched);
         let mut ticket = Ticket {
             inner: self,
             names: &names,
@@ -207,27 +249,26 @@ impl Inner {
             match self.local.turn(&names.lock, id) {
                 Turn::Granted { token, since } => {
                     ticket.done = true;
-                    let lost = self.local.leave_granted(&names.lock, id);
-                    return Ok(guard(self, token, lost, since));
+                    let cell = self.local.leave_granted(&names.lock, id, since);
+                    return Ok(guard(self, token, &grant, cell));
                 }
                 Turn::Wait => {}
                 Turn::Behind { until } => {
-                    let recheck = self.behind_recheck();
-                    let left =
-                        until.map_or(recheck, |u| u.saturating_duration_since(Instant::now()));
-                    hint = Some(recheck.min(left) + Duration::from_millis(1));
+                    hint = Some(
+                        until.saturating_duration_since(Instant::now()) + Duration::from_millis(1),
+                    );
                 }
                 Turn::Attempt => {
                     let sent = Instant::now();
-                    let horizon = self.waiter_horizon(deadline);
+                    let horizon_ms = self.waiter_horizon(deadline);
                     match self
-                        .attempt(&names, &field, lease_ms, horizon, true)
+                        .attempt(&names, &field, &grant, lease_ms, Ask::Grant { horizon_ms })
                         .await?
                     {
-                        Attempt::Granted(token) | Attempt::Reentered(token) => {
+                        Attempt::Granted(token) | Attempt::Holding(token) => {
                             ticket.done = true;
-                            let lost = self.local.leave_granted(&names.lock, id);
-                            return Ok(guard(self, token, lost, sent));
+                            let cell = self.local.leave_granted(&names.lock, id, sent);
+                            return Ok(guard(self, token, &grant, cell));
                         }
                         Attempt::Held(ttl) => {
                             self.local.park(&names.lock, id);
@@ -252,14 +293,27 @@ impl Inner {
         }
     }
 
+    /// Checks a lease before anything is sent.
+    pub(crate) fn check_lease(names: &KeyNames, lease: Option<Duration>) -> Result<(), LockError> {
+        let Some(lease) = lease else { return Ok(()) };
+        if lease.is_zero() || lease.as_millis() > u128::from(MAX_LEASE_MS) {
+            return Err(LockError::new(
+                ErrorKind::InvalidArgument,
+                format!(
+                    "lock `{}` requested with a lease of {lease:?}; a lease is from 1ms to {} \
+                     days (or none: the watchdog keeps the lock while it is held)",
+                    names.user,
+                    MAX_LEASE_MS / 86_400_000
+                ),
+            )
+            .with_key(&names.user));
+        }
+        Ok(())
+    }
+
     /// The fence counter's idle TTL as the scripts take it (0: never expires).
     pub(crate) fn fence_ttl_ms_of(config: &LockConfig) -> u64 {
         config.fence_idle_ttl().map_or(0, Self::millis)
-    }
-
-    /// How long a head waits behind a holder of its own service before asking Redis anyway.
-    fn behind_recheck(&self) -> Duration {
-        (self.config.watchdog_timeout() / 3).min(Duration::from_secs(1))
     }
 
     fn timeout_error(&self, names: &KeyNames, started: Instant) -> LockError {
@@ -295,70 +349,84 @@ impl Inner {
         }
     }
 
-    /// One acquire (`acquire.lua`). The call completes even if the caller goes away: a grant that
-    /// arrives after that is given back; `fresh`: the owner did not hold the lock before, so a
-    /// call whose outcome is unknown (timed out) is given back too.
+    /// One acquire (`acquire.lua`) with the grant id `grant`. The call completes even if the
+    /// caller goes away. A grant nobody will use is given back: one that arrives after the
+    /// caller left, and - for [`Ask::Grant`] - any call whose outcome is unknown (it failed or
+    /// timed out, whether or not the caller still waits), since Redis may run it later. The
+    /// give-back releases that grant id only, so it never frees a hold that was already there.
     async fn attempt(
         self: &Arc<Self>,
         names: &KeyNames,
         field: &OwnerField,
+        grant: &GrantId,
         lease_ms: u64,
-        horizon_ms: u64,
-        fresh: bool,
+        ask: Ask,
     ) -> Result<Attempt, LockError> {
-        let (inner, n, f) = (self.clone(), names.clone(), field.clone());
-        let call = async move { inner.run_acquire(&n, &f, lease_ms, horizon_ms).await };
-        let (inner, names, field) = (self.clone(), names.clone(), field.clone());
+        let (inner, n, f, g) = (self.clone(), names.clone(), field.clone(), grant.clone());
+        let call = async move { inner.run_acquire(&n, &f, &g, lease_ms, ask).await };
+        let (inner, n, f, g) = (self.clone(), names.clone(), field.clone(), grant.clone());
         let orphan = move |reply: Result<Attempt, LockError>| {
             let give_back = match &reply {
-                Ok(Attempt::Granted(_) | Attempt::Reentered(_)) => true,
-                Err(e) => fresh && e.is_backend(),
+                Ok(Attempt::Granted(_) | Attempt::Holding(_)) => ask != Ask::Confirm,
+                Err(_) => ask != Ask::Confirm,
                 Ok(Attempt::Held(_)) => false,
             };
             if give_back {
-                tracing::debug!(key = %names.user, ?reply, "acquire cancelled, giving the grant back");
-                drop(inner.release_detached(names, field, None));
+                tracing::debug!(key = %n.user, ?reply, "acquire cancelled, giving the grant back");
+                inner.give_back(n, f, g);
             }
         };
-        Detachable::new(&self.runtime, call, orphan).await
+        let reply = Detachable::new(&self.runtime, call, orphan).await;
+        if let Err(e) = &reply
+            && ask != Ask::Confirm
+        {
+            tracing::debug!(key = %names.user, error = %e, "acquire failed; giving back whatever it may have granted");
+            self.give_back(names.clone(), field.clone(), grant.clone());
+        }
+        reply
     }
 
     async fn run_acquire(
         self: &Arc<Self>,
         names: &KeyNames,
         field: &OwnerField,
+        grant: &GrantId,
         lease_ms: u64,
-        horizon_ms: u64,
+        ask: Ask,
     ) -> Result<Attempt, LockError> {
         let synced = self
             .run_op(Op::Acquire {
                 names: names.clone(),
                 owner: field.clone(),
+                grant: grant.clone(),
                 lease_ms,
-                horizon_ms,
+                ask,
             })
             .await?;
         match parse_attempt(&synced.reply, names)? {
-            Attempt::Granted(_) | Attempt::Reentered(_) if !synced.acknowledged => {
+            Attempt::Granted(_) | Attempt::Holding(_)
+                if !synced.acknowledged && ask != Ask::Confirm =>
+            {
                 // not replicated: a failover could hand the lock to someone else
-                self.give_back_plain(names.clone(), field.clone());
+                self.give_back(names.clone(), field.clone(), grant.clone());
                 Err(replica_sync_error(self, names))
             }
             attempt => Ok(attempt),
         }
     }
 
-    /// Releases one hold in the background: drops the guard's bookkeeping now, then runs
-    /// `release.lua` (handing the lock to a parked waiter of this service when it can).
-    /// `guard`: `Some(watched)` for a guard, `None` to give back a grant that has no guard.
+    /// Releases one guard of grant `grant` in the background: drops the guard's bookkeeping
+    /// now, then (for a grant's last guard) runs `release.lua`, handing the lock to a parked
+    /// waiter of this service when it can.
     pub(crate) fn release_detached(
         self: &Arc<Self>,
         names: KeyNames,
         field: OwnerField,
-        guard: Option<bool>,
+        grant: GrantId,
+        watched: bool,
     ) -> tokio::task::JoinHandle<Result<Released, LockError>> {
         self.runtime
-            .spawn(self.release_call(names, field, guard, true))
+            .spawn(self.release_call(names, field, grant, Some(watched), true))
     }
 
     /// Like [`release_detached`](Self::release_detached), but runs inline for a caller that
@@ -367,55 +435,70 @@ impl Inner {
         self: &Arc<Self>,
         names: KeyNames,
         field: OwnerField,
-        guard: Option<bool>,
+        grant: GrantId,
+        watched: bool,
     ) -> Detachable<Result<Released, LockError>> {
         Detachable::new(
             &self.runtime,
-            self.release_call(names, field, guard, true),
+            self.release_call(names, field, grant, Some(watched), true),
             drop,
         )
     }
 
-    /// Gives back a grant without handing it to a waiter of this service (used when the grant
-    /// was not replicated: handing it over would only repeat that).
-    fn give_back_plain(self: &Arc<Self>, names: KeyNames, field: OwnerField) {
-        drop(
-            self.runtime
-                .spawn(self.release_call(names, field, None, false)),
-        );
+    /// Gives back the grant `grant` (one nobody will use, or whose outcome is unknown) in the
+    /// background, handing the lock to a parked waiter of this service when it can. Releasing
+    /// a grant id that was never granted changes nothing; a call that fails is repeated until
+    /// Redis answers (see [`repeat_release`](Self::repeat_release)).
+    pub(crate) fn give_back(self: &Arc<Self>, names: KeyNames, field: OwnerField, grant: GrantId) {
+        let call = self.release_call(names, field, grant, None, true);
+        self.runtime.spawn(call);
     }
 
-    /// The bookkeeping happens now; the returned future runs the script.
+    /// The bookkeeping happens now; the returned future runs the script when it is needed.
     fn release_call(
         self: &Arc<Self>,
         names: KeyNames,
         field: OwnerField,
+        grant: GrantId,
         guard: Option<bool>,
         hand_off: bool,
     ) -> Detached<Result<Released, LockError>> {
-        let reservation = self
+        match self
             .local
-            .begin_release(&names.lock, &field, guard, hand_off);
-        Box::pin(self.clone().finish_release(names, field, reservation))
+            .begin_release(&names.lock, &grant, guard, hand_off)
+        {
+            ReleasePlan::Local => Box::pin(std::future::ready(Ok(Released::StillHeld))),
+            ReleasePlan::NotHeld => Box::pin(std::future::ready(Ok(Released::NotHeld))),
+            ReleasePlan::Redis(reservation) => {
+                Box::pin(
+                    self.clone()
+                        .finish_release(names, field, grant, reservation),
+                )
+            }
+        }
     }
 
     async fn finish_release(
         self: Arc<Self>,
         names: KeyNames,
         field: OwnerField,
+        grant: GrantId,
         reservation: Option<Reservation>,
     ) -> Result<Released, LockError> {
         let op = Op::Release {
             names: names.clone(),
-            owner: field,
-            next: reservation.as_ref().map(|r| (r.owner.clone(), r.lease_ms)),
+            owner: field.clone(),
+            grant: grant.clone(),
+            next: reservation
+                .as_ref()
+                .map(|r| (r.owner.clone(), r.grant.clone(), r.lease_ms)),
         };
         let reply = match self.run_op(op).await {
             Ok(synced) => match parse_released(&synced.reply, &names) {
                 // a hand-off is a grant: it needs the replicas' acknowledgement like any other
                 Ok(Released::HandedOff(_)) if !synced.acknowledged => {
                     if let Some(r) = &reservation {
-                        self.give_back_plain(names.clone(), r.owner.clone());
+                        self.give_back_plain(names.clone(), r.owner.clone(), r.grant.clone());
                     }
                     Ok(Released::Freed { yielded: false })
                 }
@@ -423,16 +506,59 @@ impl Inner {
             },
             Err(e) => Err(e),
         };
-        let end = match reply {
-            Ok(Released::HandedOff(token)) => ReleaseEnd::HandedOff(token),
+        let end = match &reply {
+            Ok(Released::HandedOff(token)) => ReleaseEnd::HandedOff(*token),
             Ok(Released::Freed { .. }) => ReleaseEnd::Freed,
-            _ => ReleaseEnd::Unchanged,
+            Ok(_) => ReleaseEnd::Unchanged,
+            Err(_) => ReleaseEnd::Unknown,
         };
         if let Some(orphan) = self.local.end_release(&names.lock, reservation, end) {
             tracing::debug!(key = %names.user, "hand-off target left, giving the lock back");
-            drop(self.release_detached(names, orphan.owner, None));
+            self.give_back(names.clone(), orphan.owner, orphan.grant);
+        }
+        if let Err(e) = &reply {
+            // The release may not have run: repeat it (without a hand-off) until Redis answers,
+            // so the lock is not left held for its whole lease.
+            tracing::debug!(key = %names.user, error = %e, "release failed; repeating it in the background");
+            self.runtime
+                .spawn(self.clone().repeat_release(names, field, grant));
         }
         reply
+    }
+
+    /// Repeats the release of `grant` until Redis answers, for at most a minute or the
+    /// watchdog timeout, whichever is longer (a grant with a longer fixed lease is left to it).
+    async fn repeat_release(self: Arc<Self>, names: KeyNames, field: OwnerField, grant: GrantId) {
+        let started = Instant::now();
+        let give_up = self.config.watchdog_timeout().max(Duration::from_secs(60));
+        let mut pause = Duration::from_millis(20);
+        while started.elapsed() < give_up {
+            tokio::time::sleep(pause).await;
+            pause = (pause * 2).min(Duration::from_millis(500));
+            let op = Op::Release {
+                names: names.clone(),
+                owner: field.clone(),
+                grant: grant.clone(),
+                next: None,
+            };
+            match self.run_op(op).await {
+                Ok(_) => {
+                    self.local.wake_head(&names.lock);
+                    return;
+                }
+                Err(e) => tracing::debug!(key = %names.user, error = %e, "release failed again"),
+            }
+        }
+        tracing::warn!(key = %names.user, "could not release a lock; it expires with its lease");
+    }
+
+    /// Gives back a grant without handing it to a waiter of this service (used when the grant
+    /// was not replicated: handing it over would only repeat that).
+    fn give_back_plain(self: &Arc<Self>, names: KeyNames, field: OwnerField, grant: GrantId) {
+        drop(
+            self.runtime
+                .spawn(self.release_call(names, field, grant, None, false)),
+        );
     }
 
     /// Subscribes the shared subscriber to `channel` unless it already is.
@@ -485,10 +611,8 @@ impl Drop for Ticket<'_> {
         }
         let (orphan, line_empty) = self.inner.local.leave(&self.names.lock, self.id);
         if let Some(orphan) = orphan {
-            drop(
-                self.inner
-                    .release_detached(self.names.clone(), orphan.owner, None),
-            );
+            self.inner
+                .give_back(self.names.clone(), orphan.owner, orphan.grant);
         } else if line_empty {
             // nobody here waits any more: releases elsewhere need not give this service a turn
             let (inner, queue) = (self.inner.clone(), self.names.queue());
@@ -553,7 +677,7 @@ fn token(value: i64) -> u64 {
 fn parse_attempt(reply: &[i64; 3], names: &KeyNames) -> Result<Attempt, LockError> {
     match reply {
         [1, token_value, _] => Ok(Attempt::Granted(token(*token_value))),
-        [2, token_value, _count] => Ok(Attempt::Reentered(token(*token_value))),
+        [2, token_value, _grants] => Ok(Attempt::Holding(token(*token_value))),
         [0, ttl, _] => Ok(Attempt::Held(if *ttl >= 0 {
             Duration::from_millis(*ttl as u64)
         } else {
@@ -586,10 +710,21 @@ mod tests {
         assert_eq!(&*n.lock, "lock:{goods:42}");
         assert_eq!(n.fence(), "lock:{goods:42}:fence");
         assert_eq!(n.channel(), "lock:{goods:42}:ch");
+        // braces from the key never choose the hash tag, and a key can never name another
+        // lock's counter, waiting set or turn marker
         let n = KeyNames::new("lock:", "shop:{7}:goods:1").unwrap();
-        assert_eq!(&*n.lock, "lock:shop:{7}:goods:1", "the user's tag is kept");
-        let n = KeyNames::new("lock:", "odd{}key").unwrap();
-        assert_eq!(&*n.lock, "lock:{odd{}key}", "an empty tag is no tag");
+        assert_eq!(&*n.lock, "lock:{shop:%7B7%7D:goods:1}");
+        let n = KeyNames::new("lock:", "a}:x{b").unwrap();
+        assert_eq!(&*n.lock, "lock:{a%7D:x%7Bb}");
+        let victim = KeyNames::new("lock:", "a{t}").unwrap();
+        for reserved in [":fence", ":wq", ":turn", ":ch"] {
+            let n = KeyNames::new("lock:", &format!("a{{t}}{reserved}")).unwrap();
+            assert_ne!(*n.lock, *format!("{}{reserved}", victim.lock));
+            assert!(n.lock.ends_with('}'));
+        }
+        let n = KeyNames::new("lock:", "100%").unwrap();
+        assert_eq!(&*n.lock, "lock:{100%25}");
+        assert_ne!(n.lock, KeyNames::new("lock:", "100%25").unwrap().lock);
         let e = KeyNames::new("lock:", "").unwrap_err();
         assert_eq!(e.kind(), ErrorKind::InvalidKey);
     }
@@ -603,7 +738,7 @@ mod tests {
         ));
         assert!(matches!(
             parse_attempt(&[2, 9, 2], &n),
-            Ok(Attempt::Reentered(9))
+            Ok(Attempt::Holding(9))
         ));
         assert!(
             matches!(parse_attempt(&[0, 50, 0], &n), Ok(Attempt::Held(d)) if d.as_millis() == 50)

@@ -4,12 +4,11 @@ use std::fmt;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use tokio_util::sync::CancellationToken;
 use tracing::Instrument;
 
 use crate::engine::{Inner, KeyNames, Released};
 use crate::error::{ErrorKind, LockError};
-use crate::local::OwnerField;
+use crate::local::{GrantId, HoldCell, OwnerField};
 use crate::owner::OwnerId;
 
 /// A held lock.
@@ -38,11 +37,12 @@ pub struct LockGuard {
     names: KeyNames,
     owner: OwnerId,
     field: OwnerField,
+    /// The grant (generation) this guard belongs to.
+    grant: GrantId,
     fence: u64,
     lease: Option<Duration>,
-    /// For a fixed lease: when it runs out at the latest, measured from before the grant.
-    expires: Option<Instant>,
-    lost: CancellationToken,
+    /// Shared with the other guards of the grant: loss signal and validity deadline.
+    cell: Arc<HoldCell>,
     acquired: Instant,
     released: bool,
 }
@@ -54,20 +54,20 @@ impl LockGuard {
         names: KeyNames,
         owner: OwnerId,
         field: OwnerField,
+        grant: GrantId,
         fence: u64,
         lease: Option<Duration>,
-        lost: CancellationToken,
-        since: Instant,
+        cell: Arc<HoldCell>,
     ) -> Self {
         LockGuard {
-            expires: lease.map(|l| since + l),
             inner,
             names,
             owner,
             field,
+            grant,
             fence,
             lease,
-            lost,
+            cell,
             acquired: Instant::now(),
             released: false,
         }
@@ -95,26 +95,45 @@ impl LockGuard {
         self.lease
     }
 
-    /// Whether the lock is known to be lost: the watchdog found it gone (or could not renew it
-    /// for a whole lease), it was force-unlocked from this service, or the fixed lease ran out.
+    /// Whether the lock is known to be lost: its validity deadline passed (see
+    /// [`lost`](Self::lost)), a renewal or re-entry found it gone, or it was force-unlocked from
+    /// this service.
     pub fn is_lost(&self) -> bool {
-        self.lost.is_cancelled() || self.expires.is_some_and(|e| Instant::now() >= e)
+        !self.cell.is_live(Instant::now())
     }
 
-    /// Resolves when the lock is lost (see [`is_lost`](Self::is_lost)), with an error of kind
-    /// [`ErrorKind::Lost`] that says why. Never resolves while the lock is held.
+    /// The instant until which this hold is known to be valid: the last successful grant or
+    /// renewal's *send* time plus the lease, less a margin for clock drift (1% + 2 ms). The
+    /// watchdog pushes it further with every renewal.
+    pub fn valid_until(&self) -> Instant {
+        self.cell.valid_until()
+    }
+
+    /// Resolves when the lock is lost, with an error of kind [`ErrorKind::Lost`] that says why.
+    ///
+    /// It fires at the hold's validity deadline ([`valid_until`](Self::valid_until)) unless a
+    /// renewal pushed the deadline further, and at once when a renewal or re-entry finds the
+    /// lock gone or this service force-unlocks it. The deadline is counted from when the grant
+    /// or renewal was sent, so it passes no later than Redis expires the key (with clocks that
+    /// drift by less than 1%): another owner cannot be granted the lock before `lost()` fires,
+    /// except through a force-unlock from another service (seen at the next renewal) or a
+    /// failover that loses the grant. Never resolves while the lock is valid.
     ///
     /// # Cancel safety
     /// Cancel safe: dropping the future changes nothing.
     pub async fn lost(&self) -> LockError {
-        let why = match self.expires {
-            Some(expires) => tokio::select! {
-                () = self.lost.cancelled() => "it was found gone or force-unlocked",
-                () = tokio::time::sleep_until(expires.into()) => "its lease ran out",
-            },
-            None => {
-                self.lost.cancelled().await;
-                "renewal found it gone (expired or force-unlocked)"
+        let why = loop {
+            let until = self.cell.valid_until();
+            tokio::select! {
+                () = self.cell.cancelled() => break "it was found gone or force-unlocked",
+                () = tokio::time::sleep_until(until.into()) => {
+                    if Instant::now() >= self.cell.valid_until() {
+                        break match self.lease {
+                            Some(_) => "its lease ran out",
+                            None => "it could not be renewed before its lease ran out",
+                        };
+                    }
+                }
             }
         };
         LockError::new(
@@ -127,18 +146,26 @@ impl LockGuard {
     /// Releases one hold of the lock (the key is freed when every hold of its owner is released)
     /// and waits for Redis to confirm.
     ///
+    /// Releasing an inner (re-entered) guard only counts down here; the last guard of a grant
+    /// releases it on Redis.
+    ///
     /// # Errors
-    /// [`ErrorKind::NotHeld`] when the lock was no longer held by this owner (its lease ran out
-    /// or it was force-unlocked); [`ErrorKind::Backend`] when Redis failed.
+    /// [`ErrorKind::NotHeld`] when the lock was no longer held by this grant (its lease ran out,
+    /// it was found gone or force-unlocked): Redis is not touched then, so a later grant of the
+    /// same owner is never released by a stale guard. [`ErrorKind::Backend`] when Redis failed;
+    /// the release is then repeated in the background until Redis answers.
     ///
     /// # Cancel safety
     /// The release runs in its own task: cancelling this future does not stop it.
     pub async fn release(mut self) -> Result<(), LockError> {
         self.released = true;
         let span = self.release_span();
-        let task =
-            self.inner
-                .release_now(self.names.clone(), self.field.clone(), Some(self.watched()));
+        let task = self.inner.release_now(
+            self.names.clone(),
+            self.field.clone(),
+            self.grant.clone(),
+            self.watched(),
+        );
         let outcome = task.instrument(span).await;
         match outcome {
             Ok(Released::NotHeld) => Err(LockError::new(
@@ -184,7 +211,8 @@ impl Drop for LockGuard {
         drop(self.inner.release_detached(
             self.names.clone(),
             self.field.clone(),
-            Some(self.watched()),
+            self.grant.clone(),
+            self.watched(),
         ));
     }
 }

@@ -10,8 +10,9 @@
 //! the `begin_*` and `end_*` steps.
 
 use std::collections::{HashMap, VecDeque};
-use std::sync::{Arc, Mutex, MutexGuard};
-use std::time::Instant;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Arc, LazyLock, Mutex, MutexGuard};
+use std::time::{Duration, Instant};
 
 use tokio::sync::Notify;
 use tokio_util::sync::CancellationToken;
@@ -20,11 +21,75 @@ use tokio_util::sync::CancellationToken;
 pub(crate) type LockKey = Arc<str>;
 /// An owner as stored on Redis: `<process instance>:<owner id>`.
 pub(crate) type OwnerField = Arc<str>;
+/// The id of one grant (a hold's generation): 16 hex digits, chosen by the client for the
+/// attempt that may make the grant, stored with it on Redis. Releasing by grant id undoes
+/// exactly that grant, never an older or newer one of the same owner.
+pub(crate) type GrantId = Arc<str>;
+
+/// A new grant id, unique in this process (and, with its random start, across restarts).
+pub(crate) fn new_grant_id() -> GrantId {
+    static NEXT: LazyLock<AtomicU64> = LazyLock::new(|| AtomicU64::new(rand::random()));
+    format!("{:016x}", NEXT.fetch_add(1, Ordering::Relaxed)).into()
+}
+
+/// How long a hold is valid for here: the lease counted from when the grant or renewal was
+/// *sent*, less a margin for clock drift between this process and Redis (1% + 2 ms, as in
+/// RedLock). Redis keeps the key at least that long, so once this passes the lock may be
+/// someone else's.
+pub(crate) fn valid_until(sent: Instant, lease_ms: u64) -> Instant {
+    let lease = Duration::from_millis(lease_ms);
+    let margin = lease / 100 + Duration::from_millis(2);
+    sent + lease.saturating_sub(margin)
+}
+
+/// What a hold's guards share: its loss signal and its validity deadline.
+#[derive(Debug)]
+pub(crate) struct HoldCell {
+    lost: CancellationToken,
+    valid_until: Mutex<Instant>,
+}
+
+impl HoldCell {
+    fn new(valid_until: Instant) -> Arc<HoldCell> {
+        Arc::new(HoldCell {
+            lost: CancellationToken::new(),
+            valid_until: Mutex::new(valid_until),
+        })
+    }
+
+    /// Until when the hold is valid, as far as is known now.
+    pub(crate) fn valid_until(&self) -> Instant {
+        *self
+            .valid_until
+            .lock()
+            .unwrap_or_else(|poisoned| poisoned.into_inner())
+    }
+
+    fn extend_to(&self, until: Instant) {
+        let mut valid = self
+            .valid_until
+            .lock()
+            .unwrap_or_else(|poisoned| poisoned.into_inner());
+        if until > *valid {
+            *valid = until;
+        }
+    }
+
+    /// Resolves when the hold was found gone or force-unlocked.
+    pub(crate) async fn cancelled(&self) {
+        self.lost.cancelled().await;
+    }
+
+    /// Whether the hold is believed to be in force on Redis.
+    pub(crate) fn is_live(&self, now: Instant) -> bool {
+        !self.lost.is_cancelled() && now < self.valid_until()
+    }
+}
 
 #[derive(Default)]
 pub(crate) struct Local {
     keys: Mutex<HashMap<LockKey, KeyState>>,
-    next_waiter: std::sync::atomic::AtomicU64,
+    next_waiter: AtomicU64,
 }
 
 #[derive(Default)]
@@ -33,28 +98,28 @@ struct KeyState {
     waiters: VecDeque<Waiter>,
 }
 
-/// The guards one owner has on one key in this process.
+/// One grant held by one owner in this process (a generation): its guards re-enter it without
+/// asking Redis for a new grant, and a new grant never merges into it.
 struct Hold {
     owner: OwnerField,
+    grant: GrantId,
     guards: u32,
     /// Guards without a lease: the watchdog renews the key while this is > 0.
     watched: u32,
-    lost: CancellationToken,
-    renewed_at: Instant,
-    /// When the longest fixed lease of its guards runs out (about: measured here).
-    lease_until: Instant,
+    cell: Arc<HoldCell>,
 }
 
 impl Hold {
-    /// Whether this hold is believed to be in force on Redis.
     fn live(&self, now: Instant) -> bool {
-        !self.lost.is_cancelled() && (self.watched > 0 || self.lease_until > now)
+        self.cell.is_live(now)
     }
 }
 
 struct Waiter {
     id: u64,
     owner: OwnerField,
+    /// The grant id of every attempt of this waiter and of a hand-off to it.
+    grant: GrantId,
     lease_ms: u64,
     watched: bool,
     state: WaiterState,
@@ -83,10 +148,9 @@ pub(crate) enum Turn {
     /// At the head: try Redis now.
     Attempt,
     /// At the head, but another owner of this service holds the lock: its release will hand
-    /// the lock over or wake the head, so Redis need not be asked. Look again after a while
-    /// anyway, in case that hold was lost without this service noticing; `until`: when its
-    /// fixed lease runs out (`None`: renewed by the watchdog).
-    Behind { until: Option<Instant> },
+    /// the lock over or wake the head, so Redis need not be asked. Look again at `until`, when
+    /// that hold stops being valid unless it is renewed.
+    Behind { until: Instant },
     /// The lock was handed over with this token; its lease started no earlier than `since`.
     Granted { token: u64, since: Instant },
 }
@@ -97,6 +161,7 @@ pub(crate) struct Reservation {
     pub(crate) waiter: u64,
     pub(crate) at: Instant,
     pub(crate) owner: OwnerField,
+    pub(crate) grant: GrantId,
     pub(crate) lease_ms: u64,
 }
 
@@ -106,19 +171,33 @@ pub(crate) enum ReleaseEnd {
     HandedOff(u64),
     /// Freed (the next turn may have gone to another service).
     Freed,
-    /// Still held (re-entrant holds remain) or not held at all, or the call failed.
+    /// Still held by other grants, or not held at all.
     Unchanged,
+    /// The call failed: the release (and a hand-off) may or may not have happened.
+    Unknown,
 }
 
-/// A hand-off the reserved waiter did not take: the caller must give the lock back.
+/// A grant nobody will use: the caller must give it back (release that grant id).
 pub(crate) struct Orphan {
     pub(crate) owner: OwnerField,
+    pub(crate) grant: GrantId,
+}
+
+/// What releasing a guard takes.
+pub(crate) enum ReleasePlan {
+    /// Other guards of the same grant remain: nothing to tell Redis.
+    Local,
+    /// The guard's grant is no longer valid here (lost, force-unlocked, past its deadline).
+    NotHeld,
+    /// Release the grant on Redis, handing it to the reserved waiter if there is one.
+    Redis(Option<Reservation>),
 }
 
 /// What the watchdog has to renew.
 pub(crate) struct Renewal {
     pub(crate) key: LockKey,
     pub(crate) owner: OwnerField,
+    pub(crate) grant: GrantId,
 }
 
 impl Local {
@@ -130,64 +209,124 @@ impl Local {
             .unwrap_or_else(|poisoned| poisoned.into_inner())
     }
 
-    /// Whether `owner` holds `key` in this process (so a new lock call re-enters).
-    pub(crate) fn holds(&self, key: &str, owner: &str) -> bool {
+    /// The grant under which `owner` holds `key` in this process and that is still valid, so a
+    /// new lock call re-enters it.
+    pub(crate) fn holding(&self, key: &str, owner: &str) -> Option<GrantId> {
         let keys = self.lock();
-        keys.get(key).is_some_and(|k| {
-            k.holds
-                .iter()
-                .any(|h| &*h.owner == owner && !h.lost.is_cancelled())
-        })
+        let now = Instant::now();
+        keys.get(key)?
+            .holds
+            .iter()
+            .find(|h| &*h.owner == owner && h.live(now))
+            .map(|h| h.grant.clone())
     }
 
-    /// Records a guard of `owner` on `key`; returns the hold's loss signal.
-    pub(crate) fn add_hold(
+    /// Adds a guard to the grant `grant` of `key` after Redis confirmed it (sent at `sent`,
+    /// with `lease_ms`); `None` when that grant stopped being valid meanwhile.
+    pub(crate) fn add_guard(
         &self,
-        key: &LockKey,
-        owner: &OwnerField,
+        key: &str,
+        grant: &str,
         watched: bool,
+        sent: Instant,
         lease_ms: u64,
-    ) -> CancellationToken {
+    ) -> Option<Arc<HoldCell>> {
         let mut keys = self.lock();
-        let state = keys.entry(key.clone()).or_default();
-        add_hold(state, owner, watched, lease_ms)
+        let hold = keys
+            .get_mut(key)?
+            .holds
+            .iter_mut()
+            .find(|h| &*h.grant == grant)?;
+        if !hold.live(Instant::now()) {
+            return None;
+        }
+        hold.guards += 1;
+        hold.watched += u32::from(watched);
+        hold.cell.extend_to(valid_until(sent, lease_ms));
+        Some(hold.cell.clone())
     }
 
-    /// Drops a guard of `owner` on `key` (synchronously, so renewal stops at once). When the
-    /// owner has no guard left here and the head waiter is parked, reserves it for a hand-off.
+    /// The grant `grant` of `key` is gone on Redis (a re-entry or renewal found it so): its
+    /// guards are lost, and new lock calls no longer re-enter it.
+    pub(crate) fn drop_grant(&self, key: &str, grant: &str) {
+        let mut keys = self.lock();
+        let Some(state) = keys.get_mut(key) else {
+            return;
+        };
+        if let Some(i) = state.holds.iter().position(|h| &*h.grant == grant) {
+            let hold = state.holds.swap_remove(i);
+            hold.cell.lost.cancel();
+        }
+        wake_head(state);
+        if state.is_idle() {
+            keys.remove(key);
+        }
+    }
+
+    /// Drops a guard of the grant `grant` of `key` (synchronously, so renewal stops at once).
+    /// When it was the grant's last guard and the head waiter is parked, reserves the head for
+    /// a hand-off.
     ///
     /// `guard` is `Some(watched)` when a guard is dropped, `None` when a grant that never got a
-    /// guard is given back.
+    /// guard (or whose guards are gone) is given back.
     pub(crate) fn begin_release(
         &self,
         key: &str,
-        owner: &str,
+        grant: &str,
         guard: Option<bool>,
         hand_off: bool,
-    ) -> Option<Reservation> {
+    ) -> ReleasePlan {
         let mut keys = self.lock();
-        let state = keys.get_mut(key)?;
-        let position = state.holds.iter().position(|h| &*h.owner == owner);
-        let owner_left = match (position, guard) {
+        let Some(state) = keys.get_mut(key) else {
+            return match guard {
+                Some(_) => ReleasePlan::NotHeld,
+                None => ReleasePlan::Redis(None),
+            };
+        };
+        let position = state.holds.iter().position(|h| &*h.grant == grant);
+        match (position, guard) {
             (Some(i), Some(watched)) => {
                 let hold = &mut state.holds[i];
+                if !hold.live(Instant::now()) {
+                    // a dead generation: Redis may already have granted the lock to someone
+                    // else; its guards are lost and their release touches nothing
+                    let hold = state.holds.swap_remove(i);
+                    hold.cell.lost.cancel();
+                    if state.is_idle() {
+                        keys.remove(key);
+                    }
+                    return ReleasePlan::NotHeld;
+                }
                 hold.guards = hold.guards.saturating_sub(1);
                 hold.watched = hold.watched.saturating_sub(u32::from(watched));
-                if hold.guards == 0 {
-                    state.holds.swap_remove(i);
+                if hold.guards > 0 {
+                    return ReleasePlan::Local;
                 }
-                hold_count(state, owner) == 0
+                state.holds.swap_remove(i);
             }
-            (Some(_), None) => false,
-            (None, _) => true,
-        };
+            (Some(i), None) => {
+                state.holds.swap_remove(i).cell.lost.cancel();
+            }
+            (None, Some(_)) => {
+                if state.is_idle() {
+                    keys.remove(key);
+                }
+                return ReleasePlan::NotHeld;
+            }
+            (None, None) => {}
+        }
+        // The holds left are other owners' (one grant per owner and key at a time): a hand-off
+        // goes to the head only when none of them is in force.
+        let now = Instant::now();
+        let others_hold = state.holds.iter().any(|h| h.live(now));
         let reservation = match state.waiters.front_mut() {
-            Some(head) if hand_off && owner_left && head.state == WaiterState::Parked => {
+            Some(head) if hand_off && !others_hold && head.state == WaiterState::Parked => {
                 head.state = WaiterState::Reserved;
                 Some(Reservation {
                     waiter: head.id,
                     at: Instant::now(),
                     owner: head.owner.clone(),
+                    grant: head.grant.clone(),
                     lease_ms: head.lease_ms,
                 })
             }
@@ -196,7 +335,7 @@ impl Local {
         if state.is_idle() {
             keys.remove(key);
         }
-        reservation
+        ReleasePlan::Redis(reservation)
     }
 
     /// Finishes a release: delivers a hand-off to the reserved waiter, or un-reserves it and
@@ -208,9 +347,13 @@ impl Local {
         end: ReleaseEnd,
     ) -> Option<Orphan> {
         let mut keys = self.lock();
+        let orphan = |r: Reservation| Orphan {
+            owner: r.owner,
+            grant: r.grant,
+        };
         let Some(state) = keys.get_mut(key) else {
             return match (end, reservation) {
-                (ReleaseEnd::HandedOff(_), Some(r)) => Some(Orphan { owner: r.owner }),
+                (ReleaseEnd::HandedOff(_) | ReleaseEnd::Unknown, Some(r)) => Some(orphan(r)),
                 _ => None,
             };
         };
@@ -220,16 +363,22 @@ impl Local {
         match (end, reserved) {
             (ReleaseEnd::HandedOff(token), Some(i)) => {
                 let w = &state.waiters[i];
-                let (owner, watched, lease_ms) = (w.owner.clone(), w.watched, w.lease_ms);
-                add_hold(state, &owner, watched, lease_ms);
+                let (owner, grant, watched, lease_ms) =
+                    (w.owner.clone(), w.grant.clone(), w.watched, w.lease_ms);
+                let at = reservation.as_ref().map_or_else(Instant::now, |r| r.at);
+                add_hold(state, &owner, &grant, watched, at, lease_ms);
                 let waiter = &mut state.waiters[i];
                 waiter.state = WaiterState::Granted(token);
-                waiter.granted_at = reservation.as_ref().map_or_else(Instant::now, |r| r.at);
+                waiter.granted_at = at;
                 waiter.wake.notify_one();
                 None
             }
-            (ReleaseEnd::HandedOff(_), None) => reservation.map(|r| Orphan { owner: r.owner }),
+            // the waiter left: whatever reached it goes back (releasing a grant id that was
+            // never granted changes nothing)
+            (ReleaseEnd::HandedOff(_) | ReleaseEnd::Unknown, None) => reservation.map(orphan),
             (_, reserved) => {
+                // When the outcome is unknown, the waiter's next attempt (with the grant id of
+                // the hand-off) finds out: a grant made by the hand-off is confirmed as its own.
                 if let Some(i) = reserved {
                     state.waiters[i].state = WaiterState::Parked;
                 }
@@ -237,25 +386,22 @@ impl Local {
                 // the same moment as the other services' waiters, instead of racing ahead.
                 // When the turn went to another service, the head's attempt finds that out and
                 // waits for its turn; it must not sleep through the release.
-                if let Some(head) = state.waiters.front() {
-                    head.wake.notify_one();
-                }
+                wake_head(state);
                 None
             }
         }
     }
 
-    /// Puts a new waiter at the end of the line of `key`.
+    /// Puts a new waiter at the end of the line of `key`; its attempts carry `grant`.
     pub(crate) fn enqueue(
         &self,
         key: &LockKey,
         owner: &OwnerField,
+        grant: &GrantId,
         lease_ms: u64,
         watched: bool,
     ) -> (u64, Arc<Notify>) {
-        let id = self
-            .next_waiter
-            .fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+        let id = self.next_waiter.fetch_add(1, Ordering::Relaxed);
         let wake = Arc::new(Notify::new());
         let mut keys = self.lock();
         let state = keys.entry(key.clone()).or_default();
@@ -265,6 +411,7 @@ impl Local {
         state.waiters.push_back(Waiter {
             id,
             owner: owner.clone(),
+            grant: grant.clone(),
             lease_ms,
             watched,
             state: WaiterState::Parked,
@@ -280,24 +427,22 @@ impl Local {
         let Some(state) = keys.get_mut(key) else {
             return Turn::Wait;
         };
+        let now = Instant::now();
+        let ahead = state
+            .holds
+            .iter()
+            .filter(|h| h.live(now))
+            .map(|h| (h.owner.clone(), h.cell.valid_until()))
+            .collect::<Vec<_>>();
         match state.waiters.front_mut() {
             Some(head) if head.id == id => match head.state {
-                WaiterState::Parked
-                    if state
-                        .holds
+                WaiterState::Parked if ahead.iter().any(|(o, _)| *o != head.owner) => {
+                    let until = ahead
                         .iter()
-                        .any(|h| h.owner != head.owner && h.live(Instant::now())) =>
-                {
-                    let now = Instant::now();
-                    let ahead = state
-                        .holds
-                        .iter()
-                        .filter(|h| h.owner != head.owner && h.live(now));
-                    let until = if ahead.clone().any(|h| h.watched > 0) {
-                        None
-                    } else {
-                        ahead.map(|h| h.lease_until).max()
-                    };
+                        .filter(|(o, _)| *o != head.owner)
+                        .map(|(_, until)| *until)
+                        .max()
+                        .unwrap_or(now);
                     Turn::Behind { until }
                 }
                 WaiterState::Parked | WaiterState::Attempting => {
@@ -335,27 +480,31 @@ impl Local {
         }
     }
 
-    /// Waiter `id` got the lock (by its own attempt or a hand-off): leave the line, register the
-    /// hold unless a hand-off already did, and wake the next head.
-    pub(crate) fn leave_granted(&self, key: &LockKey, id: u64) -> CancellationToken {
+    /// Waiter `id` got the lock (by its own attempt sent at `sent`, or a hand-off): leave the
+    /// line, register the hold unless a hand-off already did, and wake the next head.
+    pub(crate) fn leave_granted(&self, key: &LockKey, id: u64, sent: Instant) -> Arc<HoldCell> {
         let mut keys = self.lock();
         let state = keys.entry(key.clone()).or_default();
-        let waiter = remove_waiter(state, id);
-        match waiter {
-            Some(w) if matches!(w.state, WaiterState::Granted(_)) => state
-                .holds
-                .iter()
-                .find(|h| h.owner == w.owner)
-                .map(|h| h.lost.clone())
-                .unwrap_or_default(),
-            Some(w) => add_hold(state, &w.owner, w.watched, w.lease_ms),
-            None => CancellationToken::new(),
+        match remove_waiter(state, id) {
+            Some(w) if matches!(w.state, WaiterState::Granted(_)) => {
+                match state.holds.iter().find(|h| h.grant == w.grant) {
+                    Some(hold) => hold.cell.clone(),
+                    None => add_hold(state, &w.owner, &w.grant, w.watched, sent, w.lease_ms),
+                }
+            }
+            Some(w) => add_hold(state, &w.owner, &w.grant, w.watched, sent, w.lease_ms),
+            // not in line (cannot happen): a hold that is already lost
+            None => {
+                let cell = HoldCell::new(sent);
+                cell.lost.cancel();
+                cell
+            }
         }
     }
 
     /// Waiter `id` gives up (timeout, error, cancellation). If a hand-off had already reached
-    /// it, returns the owner whose grant must be given back (its hold is already dropped).
-    /// The second value says whether the line is empty now (the service waits no more).
+    /// it, returns the grant to give back (its hold is already dropped). The second value says
+    /// whether the line is empty now (the service waits no more).
     pub(crate) fn leave(&self, key: &str, id: u64) -> (Option<Orphan>, bool) {
         let mut keys = self.lock();
         let Some(state) = keys.get_mut(key) else {
@@ -366,16 +515,12 @@ impl Local {
         };
         let orphan = match waiter.state {
             WaiterState::Granted(_) => {
-                if let Some(i) = state.holds.iter().position(|h| h.owner == waiter.owner) {
-                    let hold = &mut state.holds[i];
-                    hold.guards -= 1;
-                    hold.watched = hold.watched.saturating_sub(u32::from(waiter.watched));
-                    if hold.guards == 0 {
-                        state.holds.swap_remove(i);
-                    }
+                if let Some(i) = state.holds.iter().position(|h| h.grant == waiter.grant) {
+                    state.holds.swap_remove(i).cell.lost.cancel();
                 }
                 Some(Orphan {
                     owner: waiter.owner,
+                    grant: waiter.grant,
                 })
             }
             _ => None,
@@ -389,28 +534,44 @@ impl Local {
 
     /// Marks every hold of `key` in this process lost (it was force-unlocked).
     pub(crate) fn mark_lost(&self, key: &str) {
-        if let Some(state) = self.lock().get(key) {
-            for hold in &state.holds {
-                hold.lost.cancel();
+        let mut keys = self.lock();
+        if let Some(state) = keys.get_mut(key) {
+            for hold in state.holds.drain(..) {
+                hold.cell.lost.cancel();
             }
             wake_head(state);
+            if state.is_idle() {
+                keys.remove(key);
+            }
         }
     }
 
     /// Wakes the head waiter of `key` (a release message arrived).
     pub(crate) fn wake_head(&self, key: &str) {
-        if let Some(head) = self.lock().get(key).and_then(|s| s.waiters.front()) {
-            head.wake.notify_one();
+        if let Some(state) = self.lock().get(key) {
+            wake_head(state);
         }
     }
 
     /// Wakes every head waiter (the subscriber reconnected and may have missed messages).
     pub(crate) fn wake_all_heads(&self) {
         for state in self.lock().values() {
-            if let Some(head) = state.waiters.front() {
-                head.wake.notify_one();
-            }
+            wake_head(state);
         }
+    }
+
+    /// How many guards the grants `grants` (space-separated ids, as on Redis) of `key` have in
+    /// this process, if one of them is held here.
+    pub(crate) fn guards_of(&self, key: &str, grants: &str) -> Option<u32> {
+        let keys = self.lock();
+        let state = keys.get(key)?;
+        grants.split_whitespace().find_map(|g| {
+            state
+                .holds
+                .iter()
+                .find(|h| &*h.grant == g)
+                .map(|h| h.guards)
+        })
     }
 
     /// How many callers of this service wait in line for `key`.
@@ -423,66 +584,38 @@ impl Local {
         self.lock().get(key).is_some_and(|s| !s.waiters.is_empty())
     }
 
-    /// The holds the watchdog must renew now.
+    /// The holds the watchdog must renew now (valid ones with a guard without a lease).
     pub(crate) fn renewals(&self) -> Vec<Renewal> {
         let keys = self.lock();
+        let now = Instant::now();
         let mut out = Vec::new();
         for (key, state) in keys.iter() {
-            for hold in state
-                .holds
-                .iter()
-                .filter(|h| h.watched > 0 && !h.lost.is_cancelled())
-            {
+            for hold in state.holds.iter().filter(|h| h.watched > 0 && h.live(now)) {
                 out.push(Renewal {
                     key: key.clone(),
                     owner: hold.owner.clone(),
+                    grant: hold.grant.clone(),
                 });
             }
         }
         out
     }
 
-    /// Records the outcome of renewing `owner`'s hold on `key`. A hold that could not be
-    /// renewed for longer than `lease` (Redis unreachable) has expired: it is reported lost.
-    pub(crate) fn renewed(&self, key: &str, owner: &str, still_held: bool) {
-        let mut keys = self.lock();
-        let Some(hold) = keys
-            .get_mut(key)
-            .and_then(|s| s.holds.iter_mut().find(|h| &*h.owner == owner))
-        else {
+    /// Records the outcome of renewing the grant `grant` of `key`, sent at `sent` with
+    /// `lease_ms`: a renewed hold is valid for longer; one found gone is lost.
+    pub(crate) fn renewed(&self, key: &str, grant: &str, sent: Instant, lease_ms: u64, held: bool) {
+        if !held {
+            self.drop_grant(key, grant);
             return;
-        };
-        if still_held {
-            hold.renewed_at = Instant::now();
-        } else {
-            hold.lost.cancel();
-            if let Some(state) = keys.get(key) {
-                wake_head(state);
-            }
         }
-    }
-
-    /// Marks holds whose last successful renewal is older than `lease` as lost.
-    pub(crate) fn expire_unrenewed(
-        &self,
-        lease: std::time::Duration,
-    ) -> Vec<(LockKey, OwnerField)> {
         let keys = self.lock();
-        let mut lost = Vec::new();
-        for (key, state) in keys.iter() {
-            for hold in state
-                .holds
-                .iter()
-                .filter(|h| h.watched > 0 && !h.lost.is_cancelled())
-            {
-                if hold.renewed_at.elapsed() >= lease {
-                    hold.lost.cancel();
-                    lost.push((key.clone(), hold.owner.clone()));
-                }
-            }
-            wake_head(state);
+        if let Some(hold) = keys
+            .get(key)
+            .and_then(|s| s.holds.iter().find(|h| &*h.grant == grant))
+            && hold.live(Instant::now())
+        {
+            hold.cell.extend_to(valid_until(sent, lease_ms));
         }
-        lost
     }
 }
 
@@ -498,57 +631,50 @@ fn wake_head(state: &KeyState) {
     }
 }
 
-fn hold_count(state: &KeyState, owner: &str) -> u32 {
-    state
-        .holds
-        .iter()
-        .filter(|h| &*h.owner == owner)
-        .map(|h| h.guards)
-        .sum()
-}
-
+/// A new generation: never merged into an existing hold of the same owner.
 fn add_hold(
     state: &mut KeyState,
     owner: &OwnerField,
+    grant: &GrantId,
     watched: bool,
+    sent: Instant,
     lease_ms: u64,
-) -> CancellationToken {
-    let lease_until = Instant::now() + std::time::Duration::from_millis(lease_ms);
-    match state.holds.iter_mut().find(|h| &h.owner == owner) {
-        Some(hold) => {
-            if hold.lost.is_cancelled() {
-                // A fresh grant after the previous one was lost: new signal for the new guards.
-                hold.lost = CancellationToken::new();
-            }
-            hold.guards += 1;
-            hold.watched += u32::from(watched);
-            hold.renewed_at = Instant::now();
-            hold.lease_until = hold.lease_until.max(lease_until);
-            hold.lost.clone()
-        }
-        None => {
-            let lost = CancellationToken::new();
-            state.holds.push(Hold {
-                owner: owner.clone(),
-                guards: 1,
-                watched: u32::from(watched),
-                lost: lost.clone(),
-                renewed_at: Instant::now(),
-                lease_until,
-            });
-            lost
+) -> Arc<HoldCell> {
+    // An earlier generation of the same owner is dead (a live one would have been re-entered):
+    // its guards are lost.
+    let now = Instant::now();
+    for hold in state
+        .holds
+        .iter()
+        .filter(|h| h.owner == *owner && h.grant != *grant)
+    {
+        if !hold.live(now) {
+            hold.cell.lost.cancel();
         }
     }
+    if let Some(hold) = state.holds.iter_mut().find(|h| h.grant == *grant) {
+        hold.guards += 1;
+        hold.watched += u32::from(watched);
+        hold.cell.extend_to(valid_until(sent, lease_ms));
+        return hold.cell.clone();
+    }
+    let cell = HoldCell::new(valid_until(sent, lease_ms));
+    state.holds.push(Hold {
+        owner: owner.clone(),
+        grant: grant.clone(),
+        guards: 1,
+        watched: u32::from(watched),
+        cell: cell.clone(),
+    });
+    cell
 }
 
 /// Removes waiter `id`; when it was the head, wakes the new head.
 fn remove_waiter(state: &mut KeyState, id: u64) -> Option<Waiter> {
     let i = state.waiters.iter().position(|w| w.id == id)?;
     let waiter = state.waiters.remove(i)?;
-    if i == 0
-        && let Some(head) = state.waiters.front()
-    {
-        head.wake.notify_one();
+    if i == 0 {
+        wake_head(state);
     }
     Some(waiter)
 }
@@ -561,25 +687,38 @@ mod tests {
         "lock:{k}".into()
     }
 
+    fn hold(local: &Local, k: &LockKey, owner: &OwnerField, watched: bool) -> GrantId {
+        let grant = new_grant_id();
+        let mut keys = local.lock();
+        let state = keys.entry(k.clone()).or_default();
+        add_hold(state, owner, &grant, watched, Instant::now(), 60_000);
+        grant
+    }
+
     #[test]
     fn line_order_and_hand_off() {
         let local = Local::default();
         let (k, a, b) = (key(), OwnerField::from("i:a"), OwnerField::from("i:b"));
-        local.add_hold(&k, &a, true, 60_000);
-        let (w1, _) = local.enqueue(&k, &b, 100, false);
-        let (w2, _) = local.enqueue(&k, &"i:c".into(), 100, false);
+        let ga = hold(&local, &k, &a, true);
+        let (w1, _) = local.enqueue(&k, &b, &new_grant_id(), 100, false);
+        let (w2, _) = local.enqueue(&k, &"i:c".into(), &new_grant_id(), 100, false);
         assert_eq!(local.turn(&k, w2), Turn::Wait);
         // behind a live hold of this service the head does not ask Redis
-        assert_eq!(local.turn(&k, w1), Turn::Behind { until: None });
+        assert!(matches!(local.turn(&k, w1), Turn::Behind { .. }));
         local.mark_lost(&k);
         assert_eq!(local.turn(&k, w1), Turn::Attempt);
-        // while the head attempts, a release must not reserve it
-        assert!(local.begin_release(&k, &a, Some(true), true).is_none());
+        assert!(
+            matches!(
+                local.begin_release(&k, &ga, Some(true), true),
+                ReleasePlan::NotHeld
+            ),
+            "a force-unlocked grant's guard is not held"
+        );
         local.park(&k, w1);
-        local.add_hold(&k, &a, false, 60_000);
-        let r = local
-            .begin_release(&k, &a, Some(false), true)
-            .expect("parked head is reserved");
+        let ga = hold(&local, &k, &a, false);
+        let ReleasePlan::Redis(Some(r)) = local.begin_release(&k, &ga, Some(false), true) else {
+            panic!("parked head is reserved");
+        };
         assert_eq!((r.waiter, &*r.owner), (w1, "i:b"));
         assert_eq!(local.turn(&k, w1), Turn::Wait);
         assert!(
@@ -588,12 +727,9 @@ mod tests {
                 .is_none()
         );
         assert!(matches!(local.turn(&k, w1), Turn::Granted { token: 7, .. }));
-        assert!(local.holds(&k, "i:b"));
-        local.leave_granted(&k, w1);
-        assert!(matches!(
-            local.turn(&k, w2),
-            Turn::Behind { until: Some(_) }
-        ));
+        assert!(local.holding(&k, "i:b").is_some());
+        local.leave_granted(&k, w1, Instant::now());
+        assert!(matches!(local.turn(&k, w2), Turn::Behind { .. }));
         assert_eq!(
             local.renewals().len(),
             0,
@@ -602,25 +738,91 @@ mod tests {
     }
 
     #[test]
+    fn inner_guards_release_locally_and_generations_never_merge() {
+        let local = Local::default();
+        let (k, a) = (key(), OwnerField::from("i:a"));
+        let g1 = hold(&local, &k, &a, false);
+        assert_eq!(local.holding(&k, &a).as_deref(), Some(&*g1));
+        let cell = local
+            .add_guard(&k, &g1, false, Instant::now(), 60_000)
+            .unwrap();
+        assert!(matches!(
+            local.begin_release(&k, &g1, Some(false), true),
+            ReleasePlan::Local
+        ));
+        // the grant is found gone: its guards are lost and the next call gets a new grant
+        local.drop_grant(&k, &g1);
+        assert!(!cell.is_live(Instant::now()));
+        assert!(local.holding(&k, &a).is_none());
+        let g2 = hold(&local, &k, &a, false);
+        assert_ne!(g1, g2);
+        assert!(
+            matches!(
+                local.begin_release(&k, &g1, Some(false), true),
+                ReleasePlan::NotHeld
+            ),
+            "a stale guard never releases the new grant"
+        );
+        assert!(matches!(
+            local.begin_release(&k, &g2, Some(false), true),
+            ReleasePlan::Redis(None)
+        ));
+    }
+
+    #[test]
+    fn a_hold_past_its_deadline_is_not_re_entered() {
+        let local = Local::default();
+        let (k, a) = (key(), OwnerField::from("i:a"));
+        let grant = new_grant_id();
+        {
+            let mut keys = local.lock();
+            let state = keys.entry(k.clone()).or_default();
+            let sent = Instant::now() - Duration::from_millis(500);
+            add_hold(state, &a, &grant, false, sent, 300);
+        }
+        assert!(local.holding(&k, &a).is_none());
+        assert!(
+            local
+                .add_guard(&k, &grant, false, Instant::now(), 300)
+                .is_none()
+        );
+        assert!(matches!(
+            local.begin_release(&k, &grant, Some(false), true),
+            ReleasePlan::NotHeld
+        ));
+    }
+
+    #[test]
     fn cancelled_waiters_give_back_hand_offs() {
         let local = Local::default();
         let (k, a, b) = (key(), OwnerField::from("i:a"), OwnerField::from("i:b"));
-        local.add_hold(&k, &a, false, 60_000);
-        let (w1, _) = local.enqueue(&k, &b, 100, true);
-        let r = local.begin_release(&k, &a, Some(false), true).unwrap();
+        let ga = hold(&local, &k, &a, false);
+        let gb = new_grant_id();
+        let (w1, _) = local.enqueue(&k, &b, &gb, 100, true);
+        let ReleasePlan::Redis(Some(r)) = local.begin_release(&k, &ga, Some(false), true) else {
+            panic!("reserved");
+        };
         // the waiter is cancelled while the hand-off is in flight
         assert!(local.leave(&k, w1).0.is_none());
         let orphan = local
-            .end_release(&k, Some(r), ReleaseEnd::HandedOff(3))
+            .end_release(&k, Some(r.clone()), ReleaseEnd::HandedOff(3))
             .unwrap();
-        assert_eq!(&*orphan.owner, "i:b");
+        assert_eq!((&*orphan.owner, &*orphan.grant), ("i:b", &*gb));
+        // an unknown outcome is given back too
+        assert!(
+            local
+                .end_release(&k, Some(r), ReleaseEnd::Unknown)
+                .is_some()
+        );
         // cancelled after the hand-off reached it
-        local.add_hold(&k, &a, false, 60_000);
-        let (w2, _) = local.enqueue(&k, &b, 100, true);
-        let r = local.begin_release(&k, &a, Some(false), true).unwrap();
+        let ga = hold(&local, &k, &a, false);
+        let (w2, _) = local.enqueue(&k, &b, &gb, 100, true);
+        let ReleasePlan::Redis(Some(r)) = local.begin_release(&k, &ga, Some(false), true) else {
+            panic!("reserved");
+        };
         local.end_release(&k, Some(r), ReleaseEnd::HandedOff(4));
         assert_eq!(local.renewals().len(), 1);
-        assert_eq!(&*local.leave(&k, w2).0.unwrap().owner, "i:b");
+        assert_eq!(&*local.leave(&k, w2).0.unwrap().grant, &*gb);
         assert!(local.renewals().is_empty());
         assert!(local.lock().is_empty(), "idle keys are forgotten");
     }

@@ -10,7 +10,7 @@ use std::time::Duration;
 use crate::backend::Backend;
 use crate::config::LockConfig;
 use crate::engine::{Inner, KeyNames, owner_field};
-use crate::error::{ErrorKind, LockError};
+use crate::error::LockError;
 use crate::guard::LockGuard;
 use crate::local::Local;
 use crate::owner::{self, OwnerId};
@@ -50,7 +50,7 @@ impl LockService {
     /// shuts down. (The global service of [`init`](crate::init) runs on a thread of its own.)
     ///
     /// # Errors
-    /// [`ErrorKind::Config`] for an invalid configuration; [`ErrorKind::Backend`] when Redis
+    /// [`ErrorKind::Config`](crate::ErrorKind::Config) for an invalid configuration; [`ErrorKind::Backend`](crate::ErrorKind::Backend) when Redis
     /// cannot be reached within `connect_timeout`.
     pub async fn connect(config: LockConfig) -> Result<LockService, LockError> {
         config.validate()?;
@@ -100,17 +100,17 @@ impl LockService {
     /// Whether anyone holds `key`.
     ///
     /// # Errors
-    /// [`ErrorKind::InvalidKey`] or [`ErrorKind::Backend`].
+    /// [`ErrorKind::InvalidKey`](crate::ErrorKind::InvalidKey) or [`ErrorKind::Backend`](crate::ErrorKind::Backend).
     pub async fn is_locked(&self, key: &str) -> Result<bool, LockError> {
         Ok(self.inspect(key).await?.holder.is_some())
     }
 
     /// Removes the lock `key` whoever holds it, and wakes its waiters. Returns whether a lock
     /// was removed. Holders learn it at their next renewal (`LockGuard::lost`); their release
-    /// then fails with [`ErrorKind::NotHeld`].
+    /// then fails with [`ErrorKind::NotHeld`](crate::ErrorKind::NotHeld).
     ///
     /// # Errors
-    /// [`ErrorKind::InvalidKey`] or [`ErrorKind::Backend`].
+    /// [`ErrorKind::InvalidKey`](crate::ErrorKind::InvalidKey) or [`ErrorKind::Backend`](crate::ErrorKind::Backend).
     pub async fn force_unlock(&self, key: &str) -> Result<bool, LockError> {
         let names = self.names(key)?;
         let mut call = ScriptCall::new(&scripts::FORCE_UNLOCK, 2);
@@ -130,7 +130,7 @@ impl LockService {
     /// tokens and how many services wait for it.
     ///
     /// # Errors
-    /// [`ErrorKind::InvalidKey`] or [`ErrorKind::Backend`].
+    /// [`ErrorKind::InvalidKey`](crate::ErrorKind::InvalidKey) or [`ErrorKind::Backend`](crate::ErrorKind::Backend).
     pub async fn inspect(&self, key: &str) -> Result<LockInfo, LockError> {
         let names = self.names(key)?;
         let mut call = ScriptCall::new(&scripts::INSPECT, 3);
@@ -154,7 +154,11 @@ impl LockService {
                 info.fence = value.parse().ok();
             } else {
                 info.holder = Some(field);
-                info.hold_count = value.parse().unwrap_or(0);
+                // one grant id per process holding it; re-entries are counted by that process
+                info.hold_count = u32::try_from(value.split_whitespace().count()).unwrap_or(0);
+                if let Some(local) = self.inner.local.guards_of(&names.lock, &value) {
+                    info.hold_count += local.saturating_sub(1);
+                }
             }
         }
         Ok(info)
@@ -163,7 +167,7 @@ impl LockService {
     /// Whether the current owner (see [`owner`]) holds `key`.
     ///
     /// # Errors
-    /// [`ErrorKind::InvalidKey`] or [`ErrorKind::Backend`].
+    /// [`ErrorKind::InvalidKey`](crate::ErrorKind::InvalidKey) or [`ErrorKind::Backend`](crate::ErrorKind::Backend).
     pub async fn is_held_by_current(&self, key: &str) -> Result<bool, LockError> {
         let Some(owner) = owner::try_current() else {
             return Ok(false);
@@ -214,7 +218,7 @@ impl LockRequest<'_> {
         self
     }
 
-    /// Give up with [`ErrorKind::Timeout`] when the lock could not be acquired within `wait`.
+    /// Give up with [`ErrorKind::Timeout`](crate::ErrorKind::Timeout) when the lock could not be acquired within `wait`.
     /// Without it the request waits until it acquires the lock; `Duration::ZERO` tries once.
     pub fn wait(mut self, wait: Duration) -> Self {
         self.wait = Some(wait);
@@ -244,15 +248,9 @@ impl<'a> IntoFuture for LockRequest<'a> {
         let names = self.service.names(&self.key);
         let (lease, wait) = (self.lease, self.wait);
         Box::pin(async move {
-            if lease.is_some_and(|l| l.is_zero()) {
-                let key = names?.user;
-                return Err(LockError::new(
-                    ErrorKind::InvalidArgument,
-                    format!("lock `{key}` requested with a zero lease; use at least 1ms"),
-                )
-                .with_key(&key));
-            }
-            inner.acquire(names?, owner, lease, wait).await
+            let names = names?;
+            Inner::check_lease(&names, lease)?;
+            inner.acquire(names, owner, lease, wait).await
         })
     }
 }
@@ -276,7 +274,8 @@ pub struct LockInfo {
     pub key: String,
     /// The holder as stored on Redis (`<process instance>:<owner id>`), `None` when free.
     pub holder: Option<String>,
-    /// How many times the holder holds it (re-entry), 0 when free.
+    /// How many times the holder holds it, 0 when free: its grants on Redis (one per process
+    /// holding it) plus, when the holder is in this service, its re-entries here.
     pub hold_count: u32,
     /// The remaining lease, `None` when free.
     pub ttl: Option<Duration>,

@@ -37,8 +37,7 @@ pub(crate) async fn run(inner: Weak<Inner>, period: Duration) {
 }
 
 async fn renew_all(inner: &Arc<Inner>) {
-    let lease = inner.config.watchdog_timeout();
-    let lease_ms = u64::try_from(lease.as_millis()).unwrap_or(u64::MAX);
+    let lease_ms = u64::try_from(inner.config.watchdog_timeout().as_millis()).unwrap_or(u64::MAX);
     let due = inner.local.renewals();
     let groups: Vec<Vec<Renewal>> = if inner.backend.is_cluster() {
         // one script call may only touch keys of one slot
@@ -57,24 +56,30 @@ async fn renew_all(inner: &Arc<Inner>) {
         }
         call.arg(lease_ms);
         for r in batch {
-            call.arg(&*r.owner);
+            call.arg(&*r.owner).arg(&*r.grant);
         }
+        let sent = std::time::Instant::now();
         match inner.backend.run::<Vec<i64>>("renew", &call).await {
             Ok(flags) if flags.len() == batch.len() => {
                 for (r, flag) in batch.iter().zip(flags) {
-                    if flag != 1 {
-                        tracing::warn!(key = %r.key, owner = %r.owner, "lock lost: renewal found it gone");
+                    match flag {
+                        1 => inner.local.renewed(&r.key, &r.grant, sent, lease_ms, true),
+                        0 => {
+                            tracing::warn!(key = %r.key, owner = %r.owner, "lock lost: renewal found it gone");
+                            inner.local.renewed(&r.key, &r.grant, sent, lease_ms, false);
+                        }
+                        // not renewed; its validity deadline tells the guards if it stays so
+                        _ => {
+                            tracing::warn!(key = %r.key, owner = %r.owner, "lock renewal failed for this key; retrying")
+                        }
                     }
-                    inner.local.renewed(&r.key, &r.owner, flag == 1);
                 }
             }
             Ok(flags) => tracing::warn!(?flags, "unexpected reply from the renew script"),
+            // the guards learn of a lock that stays unrenewed from its validity deadline
             Err(e) => {
                 tracing::warn!(error = %e, locks = batch.len(), "lock renewal failed; retrying")
             }
         }
-    }
-    for (key, owner) in inner.local.expire_unrenewed(lease) {
-        tracing::warn!(%key, %owner, "lock lost: not renewed for a whole lease");
     }
 }

@@ -24,13 +24,18 @@ impl Cluster {
         config: &LockConfig,
         push: UnboundedSender<PushInfo>,
     ) -> Result<Cluster, LockError> {
-        let builder = || {
+        // `retries`: the subscriber's client may repeat its commands (subscribing twice is
+        // harmless); the commands' client must not: it would send a script again after a
+        // connection dropped while the script was out, and a lock script that runs twice can
+        // release a re-entered lock or leave a grant nobody knows of. The backend repeats only
+        // calls that Redis certainly did not run (see `not_run_retried`).
+        let builder = |retries: u32| {
             let mut b = ClusterClientBuilder::new(nodes.to_vec())
                 .use_protocol(ProtocolVersion::RESP3)
                 .connection_timeout(config.connect_timeout())
                 .response_timeout(config.response_timeout())
                 // fail over in ~0.1 s steps instead of the default 1.28 s
-                .retries(30)
+                .retries(retries)
                 .min_retry_wait(20)
                 .max_retry_wait(200)
                 .retry_wait_formula(20, 2);
@@ -54,8 +59,8 @@ impl Cluster {
             ))
             .with_source(e)
         };
-        let commands_client = builder().build().map_err(invalid)?;
-        let subscriber_client = builder().push_sender(push).build().map_err(invalid)?;
+        let commands_client = builder(0).build().map_err(invalid)?;
+        let subscriber_client = builder(30).push_sender(push).build().map_err(invalid)?;
         let synced = config.sync_replicas() > 0;
         let connect = async {
             let commands = commands_client.get_async_connection().await?;

@@ -104,8 +104,11 @@ impl Backend {
                     .await
             }
             Conn::Cluster(c) => {
-                self.timed(what, invoke(&mut c.commands.clone(), call))
-                    .await
+                let attempt = || {
+                    let mut con = c.commands.clone();
+                    async move { invoke(&mut con, call).await }
+                };
+                self.timed(what, not_run_retried(attempt)).await
             }
             Conn::Sentinel(s) => {
                 let master = s.current();
@@ -139,9 +142,11 @@ impl Backend {
                     .await?
             }
             Conn::Cluster(c) => {
-                let mut con = c.synced.clone().unwrap_or_else(|| c.commands.clone());
-                self.timed(what, with_wait(&mut con, call, replicas, timeout))
-                    .await?
+                let attempt = || {
+                    let mut con = c.synced.clone().unwrap_or_else(|| c.commands.clone());
+                    async move { with_wait(&mut con, call, replicas, timeout).await }
+                };
+                self.timed(what, not_run_retried(attempt)).await?
             }
             Conn::Sentinel(s) => {
                 let master = s.current();
@@ -224,6 +229,43 @@ where
             call.cmd.query_async(con).await
         }
         other => other,
+    }
+}
+
+/// Runs `call` again after errors that say Redis did not run it: a redirect (`MOVED`, `ASK`),
+/// a cluster that is not ready (`TRYAGAIN`, `CLUSTERDOWN`, `MASTERDOWN`, `LOADING`), a write on a
+/// node that was just demoted (`READONLY`: a script fails at its first write), or no connection
+/// to send it on. Anything else - above all a connection lost while the call was out - may come
+/// after Redis ran it, and a lock script must run at most once per operation: that error goes to
+/// the caller (the cluster client's own retries are off, see `cluster.rs`). The caller's
+/// `response_timeout` bounds the loop.
+async fn not_run_retried<F, Fut, T>(mut call: F) -> redis::RedisResult<T>
+where
+    F: FnMut() -> Fut,
+    Fut: Future<Output = redis::RedisResult<T>>,
+{
+    let mut pause = Duration::from_millis(10);
+    loop {
+        match call().await {
+            Err(e) if certainly_not_run(&e) => {
+                tracing::debug!(error = %e, "redis did not run the call; sending it again");
+                tokio::time::sleep(pause).await;
+                pause = (pause * 2).min(Duration::from_millis(200));
+            }
+            other => return other,
+        }
+    }
+}
+
+fn certainly_not_run(e: &redis::RedisError) -> bool {
+    use redis::ServerErrorKind as S;
+    match e.kind() {
+        redis::ErrorKind::Server(
+            S::Moved | S::Ask | S::TryAgain | S::ClusterDown | S::MasterDown | S::BusyLoading,
+        ) => true,
+        redis::ErrorKind::Server(S::ReadOnly) => true,
+        redis::ErrorKind::ClusterConnectionNotFound => true,
+        _ => e.is_connection_refusal(),
     }
 }
 

@@ -19,7 +19,8 @@ macro_rules! script {
 }
 
 /// A lock's fence counter, waiting-services set, turn marker and wake-up channel are named
-/// after the lock key with these suffixes.
+/// after the lock key with these suffixes. A lock key always ends with the `}` of its hash tag
+/// (see `KeyNames`), so no lock key can be another lock's counter, set or marker.
 pub(crate) const FENCE_SUFFIX: &str = ":fence";
 pub(crate) const QUEUE_SUFFIX: &str = ":wq";
 pub(crate) const TURN_SUFFIX: &str = ":turn";
@@ -28,6 +29,10 @@ pub(crate) const CHANNEL_SUFFIX: &str = ":ch";
 /// How long a release reserves the lock for the waiting service it gives the next turn to. The
 /// service claims it within a round trip or two; a service that went away costs at most this.
 pub(crate) const TURN_MS: u64 = 250;
+
+/// The longest lease a lock can be taken for (about ten years): longer ones are refused before
+/// anything is written.
+pub(crate) const MAX_LEASE_MS: u64 = 3650 * 24 * 3600 * 1000;
 
 /// The lock operations with a service's settings: `prelude.lua`, `acquire.lua`, `release.lua`
 /// and `ops.lua`, with every `$` name replaced by its literal (see `prelude.lua`). Services with
@@ -45,10 +50,8 @@ fn ops_text(publish: &str, fence_ttl_ms: u64, yield_horizon_ms: u64) -> String {
     ]
     .concat();
     let literals = [
-        ("$FENCE_SUFFIX", format!("'{FENCE_SUFFIX}'")),
-        ("$QUEUE_SUFFIX", format!("'{QUEUE_SUFFIX}'")),
-        ("$TURN_SUFFIX", format!("'{TURN_SUFFIX}'")),
         ("$CHANNEL_SUFFIX", format!("'{CHANNEL_SUFFIX}'")),
+        ("$MAX_LEASE", MAX_LEASE_MS.to_string()),
         ("$TURN_MS", TURN_MS.to_string()),
         ("$PUBLISH", format!("'{publish}'")),
         ("$FENCE_TTL", format!("'{fence_ttl_ms}'")),
@@ -105,7 +108,7 @@ mod tests {
         assert!(!text.contains('$'), "a setting was left out");
         assert!(text.contains("redis.call('spublish', channel, target)"));
         assert!(text.contains("register_waiter(queue, 31000)"));
-        assert!(text.contains("local fence_key = lock .. ':fence'"));
+        assert!(text.contains("local channel = lock .. ':ch'"));
         assert_ne!(
             ops("spublish", 0, 31_000).get_hash(),
             ops("publish", 0, 31_000).get_hash()

@@ -1,28 +1,33 @@
 -- Runs lock operations in order, each as if it were a script call of its own: the acquires and
 -- releases of one service that fall due while another call is on its way share one call.
--- KEYS: one per operation: the lock hash (its other keys are named after it, see prelude.lua)
--- ARGV[1] service id; then four per operation:
---   'a', owner field, lease in ms, waiter horizon in ms       (acquire.lua)
---   'r', owner field, next owner field or '', its lease in ms (release.lua)
+-- KEYS: four per operation: the lock hash, its fence counter, its waiting-services zset and its
+-- turn marker (all in the lock's hash tag, so in one cluster slot)
+-- ARGV[1] service id; then six per operation:
+--   'a', owner field, grant id, lease in ms, waiter horizon in ms, ''           (acquire.lua)
+--   'r', owner field, grant id, next owner field or '', its grant id, its lease (release.lua)
 -- Reply: three elements per operation, in order: the values its function returned, or -1,
--- error message, 0 when it failed (a failed operation does not stop the others). One flat
--- array: a table per operation would cost Redis more than the operation.
-if #KEYS == 1 then
+-- error message, 0 when it failed (a failed operation does not stop the others, and fails
+-- before it writes anything). One flat array: a table per operation would cost Redis more than
+-- the operation.
+if #KEYS == 4 then
   -- a lone caller's operation, the common case when there is no load: a failure fails the call,
-  -- which is its failure alone, so it goes without the loop and pcall (7% of its cost)
+  -- which is its failure alone, so it goes without the loop and pcall
   if ARGV[2] == 'a' then
-    return {acquire(KEYS[1], ARGV[3], ARGV[4], ARGV[5])}
+    return {acquire(KEYS[1], KEYS[2], KEYS[3], KEYS[4], ARGV[3], ARGV[4], ARGV[5], ARGV[6])}
   end
-  return {release(KEYS[1], ARGV[3], ARGV[4], ARGV[5])}
+  return {release(KEYS[1], KEYS[2], KEYS[3], KEYS[4], ARGV[3], ARGV[4], ARGV[5], ARGV[6],
+    ARGV[7])}
 end
 local replies = {}
-for i = 1, #KEYS do
-  local a, n = i * 4 - 3, i * 3
+for i = 1, #KEYS / 4 do
+  local k, a, n = i * 4 - 3, i * 6 - 4, i * 3
   local ok, code, x, y
-  if ARGV[a + 1] == 'a' then
-    ok, code, x, y = pcall(acquire, KEYS[i], ARGV[a + 2], ARGV[a + 3], ARGV[a + 4])
+  if ARGV[a] == 'a' then
+    ok, code, x, y = pcall(acquire, KEYS[k], KEYS[k + 1], KEYS[k + 2], KEYS[k + 3],
+      ARGV[a + 1], ARGV[a + 2], ARGV[a + 3], ARGV[a + 4])
   else
-    ok, code, x, y = pcall(release, KEYS[i], ARGV[a + 2], ARGV[a + 3], ARGV[a + 4])
+    ok, code, x, y = pcall(release, KEYS[k], KEYS[k + 1], KEYS[k + 2], KEYS[k + 3],
+      ARGV[a + 1], ARGV[a + 2], ARGV[a + 3], ARGV[a + 4], ARGV[a + 5])
   end
   if not ok then
     -- a failed redis.call raises its error as a string (a table with `err` before Redis 7)

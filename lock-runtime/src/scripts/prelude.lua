@@ -1,17 +1,22 @@
 -- Settings and shared helpers of the lock operations (ops.lua). scripts/mod.rs replaces each
 -- dollar-prefixed name below with a literal from the service's configuration (a literal costs a
 -- call nothing; a local shared by the functions below would cost it an upvalue each):
--- - the suffixes that name a lock's other keys and its wake-up channel after the lock key
---   ($FENCE_SUFFIX, $QUEUE_SUFFIX, $TURN_SUFFIX, $CHANNEL_SUFFIX); the other keys share the
---   lock key's hash tag, so they live in its cluster slot, and only the lock key is passed in
---   KEYS (every argument costs a call about as much as a Redis command);
+-- - $CHANNEL_SUFFIX, the suffix that names a lock's wake-up channel after the lock key (a
+--   channel, not a key: the lock's keys are all passed in KEYS, so that a call stays correct
+--   while its slot migrates in Redis Cluster);
 -- - $TURN_MS, how long a turn given to another service lasts; $PUBLISH, the command that
 --   publishes a wake-up ('publish', or 'spublish' in cluster mode); $FENCE_TTL, the fence
 --   counter's idle TTL in ms as text ('0': never expires); $YIELD_HORIZON, how long in ms a
---   service stays registered as waiting when its release yields the lock to another service.
+--   service stays registered as waiting when its release yields the lock to another service;
+--   $MAX_LEASE, the longest lease in ms a call may ask for.
 --
--- A lock is a hash: one field per owner holding its hold count, plus the field ':fence' holding
--- the fencing token of the current grant (decimal text). Owner fields never start with ':'.
+-- A lock is a hash: one field per owner, holding the ids of the grants it holds (its
+-- generations: one per process holding it, each a 16-digit hex id chosen by the client for the
+-- attempt, separated by spaces; re-entry inside a process is counted by that process), plus the
+-- field ':fence' holding the fencing token of the current grant (decimal text). Owner fields
+-- never start with ':'. Because every grant carries the id of the attempt that made it, an
+-- operation whose reply was lost can be undone exactly (release that id) and running one twice
+-- changes nothing the second time.
 --
 -- Fencing tokens: the next token is max(last token + 1, server clock in microseconds). The
 -- counter alone makes tokens strictly increase; the clock keeps them increasing when the counter
@@ -33,13 +38,23 @@ local function now_ms()
   return tonumber(time[1]) * 1000 + math.floor(tonumber(time[2]) / 1000)
 end
 
--- Grants `lock` to `owner` for lease_ms (text); returns the fencing token as decimal text. In
--- the common case the clock is ahead of the last token, and one SET ... GET reads the last
--- token and writes the new one; only a counter ahead of the clock is written a second time.
--- Tokens are compared as decimal text without sign or leading zeros (the longer is larger;
--- digits collate in order in every locale), which costs less than converting them to numbers.
-local function grant(lock, owner, lease_ms)
-  local fence_key = lock .. $FENCE_SUFFIX
+-- A lease in ms as sent by the client, checked before anything is written (Lua does not roll
+-- back a script that fails half-way).
+local function checked_lease(lease)
+  local ms = tonumber(lease)
+  if not ms or ms < 1 or ms > $MAX_LEASE or ms ~= math.floor(ms) then
+    error('invalid lease ' .. tostring(lease) .. ' ms (1 to ' .. $MAX_LEASE .. ')')
+  end
+  return ms
+end
+
+-- Grants `lock` to `owner` under the grant id `grant_id` for lease_ms; returns the fencing
+-- token as decimal text. In the common case the clock is ahead of the last token, and one
+-- SET ... GET reads the last token and writes the new one; only a counter ahead of the clock is
+-- written a second time. Tokens are compared as decimal text without sign or leading zeros (the
+-- longer is larger; digits collate in order in every locale), which costs less than converting
+-- them to numbers.
+local function grant(lock, fence_key, owner, grant_id, lease_ms)
   if not time then
     time = redis.call('time')
   end
@@ -58,7 +73,7 @@ local function grant(lock, owner, lease_ms)
       redis.call('set', fence_key, token)
     end
   end
-  redis.call('hset', lock, owner, 1, ':fence', token)
+  redis.call('hset', lock, owner, grant_id, ':fence', token)
   redis.call('pexpire', lock, lease_ms)
   return token
 end

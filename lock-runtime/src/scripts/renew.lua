@@ -1,16 +1,24 @@
--- Watchdog renewal of many locks at once; never re-creates a vanished lock.
--- KEYS[i] lock hash i; ARGV[1] lease in ms; ARGV[i + 1] owner field of lock i
--- Reply: array, element i = 1 when lock i is still held by its owner (renewed), 0 when gone
+-- Watchdog renewal of many locks at once; never re-creates a vanished lock, never renews
+-- another generation of the same owner.
+-- KEYS[i] lock hash i; ARGV[1] lease in ms; ARGV[2i] owner field of lock i, ARGV[2i + 1] the
+-- grant id of its hold
+-- Reply: array, element i = 1 when lock i is still held under that grant (renewed), 0 when
+-- not, -1 when renewing it failed (say, the key is not a lock hash); one lock failing does not
+-- stop the others
 local lease = tonumber(ARGV[1])
 local renewed = {}
-for i, lock in ipairs(KEYS) do
-  if redis.call('hexists', lock, ARGV[i + 1]) == 1 then
+local function renew(lock, owner, grant_id)
+  local held = redis.call('hget', lock, owner)
+  if held and string.find(held, grant_id, 1, true) then
     if redis.call('pttl', lock) < lease then
       redis.call('pexpire', lock, lease)
     end
-    renewed[i] = 1
-  else
-    renewed[i] = 0
+    return 1
   end
+  return 0
+end
+for i, lock in ipairs(KEYS) do
+  local ok, flag = pcall(renew, lock, ARGV[2 * i], ARGV[2 * i + 1])
+  renewed[i] = ok and flag or -1
 end
 return renewed
