@@ -10,6 +10,9 @@
 //! through [`shared`], with [`unique_key`] keeping their keys apart. Tests that kill, restart or
 //! fail over nodes start a topology of their own.
 //!
+//! A [`Proxy`] in front of a node ([`Topology::addr_of`]) injects network faults between a
+//! client and that node: latency, a lost reply on a reset connection, a partition, resets.
+//!
 //! ```no_run
 //! use lock_tests::harness::{Spec, Topology};
 //!
@@ -34,6 +37,7 @@ mod cluster;
 mod node;
 mod ports;
 mod process;
+mod proxy;
 mod replication;
 mod roles;
 mod sentinel;
@@ -41,6 +45,7 @@ mod shared;
 mod topology;
 mod util;
 
+pub use proxy::{Faults, Proxy};
 pub use shared::{Kind, shared, unique_key};
 pub use topology::Topology;
 

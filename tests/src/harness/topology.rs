@@ -1,5 +1,6 @@
 //! [`Topology`]: the running processes of a [`Spec`] and what tests do with them.
 
+use std::net::{Ipv4Addr, SocketAddr};
 use std::panic;
 use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
 use std::time::Instant;
@@ -204,6 +205,12 @@ impl Topology {
     /// `redis://127.0.0.1:PORT`.
     pub fn url_of(port: u16) -> String {
         util::url(port)
+    }
+
+    /// `127.0.0.1:PORT`, the socket address of a node (e.g. the upstream of a
+    /// [`Proxy`](super::Proxy)).
+    pub fn addr_of(port: u16) -> SocketAddr {
+        SocketAddr::from((Ipv4Addr::LOCALHOST, port))
     }
 
     /// A blocking connection to the node on `port`, for raw commands in tests.
