@@ -296,7 +296,7 @@ impl Inner {
     /// Checks a lease before anything is sent.
     pub(crate) fn check_lease(names: &KeyNames, lease: Option<Duration>) -> Result<(), LockError> {
         let Some(lease) = lease else { return Ok(()) };
-        if lease.is_zero() || lease.as_millis() > u128::from(MAX_LEASE_MS) {
+        if lease < Duration::from_millis(1) || lease.as_millis() > u128::from(MAX_LEASE_MS) {
             return Err(LockError::new(
                 ErrorKind::InvalidArgument,
                 format!(
