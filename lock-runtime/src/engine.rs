@@ -287,6 +287,7 @@ impl Inner {
                 }
             }
             if deadline.is_some_and(|d| Instant::now() >= d) {
+                ticket.leave_now().await;
                 return Err(self.timeout_error(&names, started));
             }
             wait_for(&wake, hint, deadline).await;
@@ -604,25 +605,47 @@ struct Ticket<'a> {
     done: bool,
 }
 
+impl Ticket<'_> {
+    /// Leaves the line; when nobody of this service waits any more, deregisters the service as
+    /// waiting so that releases elsewhere do not give it a turn. Returns the deregistration
+    /// call when one is due, to await or spawn.
+    fn leave(&mut self) -> Option<impl Future<Output = ()> + Send + 'static> {
+        self.done = true;
+        let (orphan, line_empty) = self.inner.local.leave(&self.names.lock, self.id);
+        if let Some(orphan) = orphan {
+            self.inner
+                .give_back(self.names.clone(), orphan.owner, orphan.grant);
+            return None;
+        }
+        if !line_empty {
+            return None;
+        }
+        let (inner, queue) = (self.inner.clone(), self.names.queue());
+        Some(async move {
+            let mut call = ScriptCall::new(&scripts::LEAVE, 1);
+            call.key(&queue).arg(&inner.service_id);
+            if let Err(e) = inner.backend.run::<i64>("leave", &call).await {
+                tracing::debug!(error = %e, "could not deregister a waiting service");
+            }
+        })
+    }
+
+    /// Leaves the line and, when this service stops waiting, deregisters it before returning:
+    /// a caller that gave up is not offered the next turn after it returned.
+    async fn leave_now(mut self) {
+        if let Some(deregister) = self.leave() {
+            deregister.await;
+        }
+    }
+}
+
 impl Drop for Ticket<'_> {
     fn drop(&mut self) {
         if self.done {
             return;
         }
-        let (orphan, line_empty) = self.inner.local.leave(&self.names.lock, self.id);
-        if let Some(orphan) = orphan {
-            self.inner
-                .give_back(self.names.clone(), orphan.owner, orphan.grant);
-        } else if line_empty {
-            // nobody here waits any more: releases elsewhere need not give this service a turn
-            let (inner, queue) = (self.inner.clone(), self.names.queue());
-            self.inner.runtime.spawn(async move {
-                let mut call = ScriptCall::new(&scripts::LEAVE, 1);
-                call.key(&queue).arg(&inner.service_id);
-                if let Err(e) = inner.backend.run::<i64>("leave", &call).await {
-                    tracing::debug!(error = %e, "could not deregister a waiting service");
-                }
-            });
+        if let Some(deregister) = self.leave() {
+            self.inner.runtime.spawn(deregister);
         }
     }
 }

@@ -1,12 +1,15 @@
 //! Wake-ups: the shared subscriber's pushes are routed to the head waiter of the lock they name.
 
-use std::sync::Weak;
+use std::sync::{Arc, Weak};
+use std::time::Duration;
+
+use rand::Rng;
 
 use redis::{PushInfo, PushKind, Value};
 use tokio::sync::mpsc::UnboundedReceiver;
 
 use crate::engine::Inner;
-use crate::scripts::CHANNEL_SUFFIX;
+use crate::scripts::{CHANNEL_SUFFIX, TURN_MS};
 
 /// Routes pushes until the service is dropped.
 pub(crate) async fn run(inner: Weak<Inner>, mut pushes: UnboundedReceiver<PushInfo>) {
@@ -21,8 +24,23 @@ pub(crate) async fn run(inner: Weak<Inner>, mut pushes: UnboundedReceiver<PushIn
                     }
                     _ => true,
                 };
-                if ours && let Some(key) = push.data.first().and_then(lock_key_of_channel) {
+                let Some(key) = push.data.first().and_then(lock_key_of_channel) else {
+                    continue;
+                };
+                if ours {
                     inner.local.wake_head(key);
+                } else if inner.local.has_waiters(key) {
+                    // Another service's turn. If that service went away, nobody claims it and
+                    // it runs out: look again then, rather than sleeping through the rest of
+                    // the released lock's lease.
+                    let (weak, key) = (Arc::downgrade(&inner), key.to_owned());
+                    let jitter = Duration::from_millis(rand::rng().random_range(1..=50));
+                    inner.runtime.spawn(async move {
+                        tokio::time::sleep(Duration::from_millis(TURN_MS) + jitter).await;
+                        if let Some(inner) = weak.upgrade() {
+                            inner.local.wake_head(&key);
+                        }
+                    });
                 }
             }
             // Messages published while disconnected are lost: every head looks again (the
