@@ -3,13 +3,12 @@
 #![allow(missing_docs, missing_debug_implementations, unreachable_pub)]
 
 use std::future::Future;
-use std::pin::pin;
 
 pub use ::core::time::Duration;
 
 pub use crate::LockError;
 use crate::config::DefaultWait;
-use crate::{context, owner, registry};
+use crate::{context, registry};
 
 /// How long the annotated fn waits for the lock.
 pub enum Wait {
@@ -35,8 +34,9 @@ pub struct LockSpec {
     pub on_lost: OnLost,
 }
 
-/// Acquires through the global registry, runs `body` in the owner's scope and the lock context,
-/// and releases after it; a panic or cancellation releases in the background (guard drop).
+/// Acquires through the global registry, runs `body` as the locked body of this call chain (lock
+/// calls in it re-enter the hold), and releases after it; a panic or cancellation releases in
+/// the background (guard drop).
 pub async fn run_locked<T, E, F>(spec: LockSpec, body: F) -> Result<T, E>
 where
     F: Future<Output = Result<T, E>>,
@@ -51,42 +51,16 @@ where
             DefaultWait::Forever => None,
         },
     };
-    let owner = owner::current_or_new();
-    owner::scope(owner, async move {
-        let mut request = service.lock(spec.key).wait_at_most(wait);
-        if let Some(lease) = spec.lease {
-            request = request.lease(lease);
-        }
-        let guard = request.await?;
-        let held = context::HeldLock::of(&guard);
-        let outcome = context::scope(held, async {
-            let mut body = pin!(body);
-            tokio::select! {
-                biased;
-                result = &mut body => Ok(result),
-                lost = guard.lost() => match spec.on_lost {
-                    OnLost::Fail => Err(lost),
-                    OnLost::Continue => {
-                        tracing::warn!(error = %lost, "lock lost while the body runs; on_lost = \"continue\" lets it finish");
-                        Ok(body.await)
-                    }
-                },
-            }
-        })
-        .await;
-        match outcome {
-            Ok(result) => {
-                if let Err(e) = guard.release().await {
-                    // The body has run: its result stands. The lock is gone or expires by its
-                    // lease; the fencing token is what protects the data from here.
-                    tracing::warn!(error = %e, "releasing after the annotated body failed");
-                }
-                result
-            }
-            Err(lost) => Err(E::from(lost)),
-        }
-    })
-    .await
+    let mut request = service.lock(spec.key).wait_at_most(wait);
+    if let Some(lease) = spec.lease {
+        request = request.lease(lease);
+    }
+    let guard = request.await?;
+    let on_lost = match spec.on_lost {
+        OnLost::Fail => context::OnLost::Fail,
+        OnLost::Continue => context::OnLost::Continue,
+    };
+    context::run_body(guard, on_lost, body).await?
 }
 
 /// Types a key placeholder can name.

@@ -178,7 +178,7 @@ impl Inner {
         // a wait too long to count in an Instant is forever
         let deadline = wait.and_then(|w| started.checked_add(w));
         let result = self
-            .acquire_inner(names, owner, lease, deadline, started)
+            .acquire_inner(names, owner, lease, deadline, wait.unwrap_or(Duration::MAX))
             .instrument(span.clone())
             .await;
         span.record("waited_ms", started.elapsed().as_millis() as u64);
@@ -194,7 +194,7 @@ impl Inner {
         owner: OwnerId,
         lease: Option<Duration>,
         deadline: Option<Instant>,
-        started: Instant,
+        wait: Duration,
     ) -> Result<LockGuard, LockError> {
         let field = owner_field(&owner);
         let lease_ms = Self::millis(lease.unwrap_or(self.config.watchdog_timeout()));
@@ -288,7 +288,7 @@ impl Inner {
             }
             if deadline.is_some_and(|d| Instant::now() >= d) {
                 ticket.leave_now().await;
-                return Err(self.timeout_error(&names, started));
+                return Err(self.timeout_error(&names, wait));
             }
             wait_for(&wake, hint, deadline).await;
         }
@@ -317,13 +317,13 @@ impl Inner {
         config.fence_idle_ttl().map_or(0, Self::millis)
     }
 
-    fn timeout_error(&self, names: &KeyNames, started: Instant) -> LockError {
+    /// The error of a wait that ran out; it names the configured wait, so that logs group.
+    pub(crate) fn timeout_error(&self, names: &KeyNames, wait: Duration) -> LockError {
         LockError::new(
             ErrorKind::Timeout,
             format!(
-                "could not acquire lock `{}` within {:?}: it is held by another owner",
+                "could not acquire lock `{}` within {wait:?}: it is held by another owner",
                 names.user,
-                started.elapsed()
             ),
         )
         .with_key(&names.user)

@@ -31,6 +31,11 @@ pub enum ErrorKind {
     InvalidKey,
     /// An argument other than the key is not usable (for example a zero lease).
     InvalidArgument,
+    /// The lock is held further up this call chain, across a task spawned with
+    /// [`owner::spawn`](crate::owner::spawn): waiting for it would wait for the caller itself.
+    /// Re-entry follows one call chain; pass the work back to the holder, or give the spawned
+    /// task its own key.
+    WouldDeadlock,
 }
 
 impl ErrorKind {
@@ -45,6 +50,7 @@ impl ErrorKind {
             ErrorKind::NotInitialized => "not initialized",
             ErrorKind::InvalidKey => "invalid key",
             ErrorKind::InvalidArgument => "invalid argument",
+            ErrorKind::WouldDeadlock => "would deadlock",
         }
     }
 }

@@ -45,6 +45,8 @@ pub struct LockGuard {
     cell: Arc<HoldCell>,
     acquired: Instant,
     released: bool,
+    /// For a re-entry of an enclosing body's hold: its entry, taken while this guard lives.
+    entry: Option<tokio::sync::OwnedMutexGuard<()>>,
 }
 
 impl LockGuard {
@@ -70,7 +72,18 @@ impl LockGuard {
             cell,
             acquired: Instant::now(),
             released: false,
+            entry: None,
         }
+    }
+
+    /// Keeps the entry of the enclosing hold this guard re-enters until the guard goes.
+    pub(crate) fn hold_entry(&mut self, entry: tokio::sync::OwnedMutexGuard<()>) {
+        self.entry = Some(entry);
+    }
+
+    /// The lock key on Redis and the service, which identify the hold in a call chain.
+    pub(crate) fn chain_frame(&self) -> (usize, Arc<str>) {
+        (Arc::as_ptr(&self.inner) as usize, self.names.lock.clone())
     }
 
     /// The lock key as it was asked for.

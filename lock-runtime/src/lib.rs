@@ -112,7 +112,7 @@ mod service;
 mod watchdog;
 
 pub use config::{DefaultWait, LockConfig, Topology};
-pub use context::{current_fence, current_lock_key};
+pub use context::{Held, current_fence, current_lock_key};
 pub use error::{ErrorKind, LockError};
 pub use guard::LockGuard;
 pub use owner::OwnerId;

@@ -1,14 +1,44 @@
-//! Lock owners: who holds a lock, carried in a tokio task-local.
+//! Lock owners: who holds a lock, and when a lock call re-enters a hold instead of waiting.
 //!
-//! A lock is held by an *owner*. Inside one owner's scope, taking a lock that the owner already
-//! holds re-enters it (the hold count goes up) instead of waiting for itself; other owners wait.
-//! Outside any scope every [`LockService::lock`](crate::LockService::lock) call gets a fresh
-//! owner, so two calls exclude each other even in the same task.
+//! # Re-entry follows one call chain
 //!
-//! Web middleware opens one scope per request; annotated fns open one when none is open, so that
-//! nested locked calls in the same call chain re-enter. `tokio::spawn` does not inherit the
-//! scope: use [`spawn`] (or [`scope`] with [`current`]) when the spawned task should act as the
-//! same owner.
+//! A lock call re-enters a lock that an *enclosing locked body* of the same call chain holds: the
+//! body of a `#[distributed_lock]` fn (and any fn it awaits, however deep) re-enters the locks of
+//! the annotated fns it runs inside. Everything else excludes: two calls at the same level -
+//! concurrent children of one body or one request (`join!`, `join_all`, `select!`), two
+//! requests, two tasks - are different chains, even when they share a request id.
+//! Concurrent children that re-enter the same enclosing hold take turns: one at a time runs
+//! inside it.
+//!
+//! ```text
+//! #[distributed_lock(key = "account:<id>")] transfer(id)   holds account:7 (owner O1)
+//! └─ audit(id)      #[distributed_lock(key = "account:<id>")]  re-enters O1's hold
+//! settle_batch()    (not locked) joins debit(7), debit(7), debit(7):
+//! ├─ debit(7)       owner O2 - gets the lock
+//! ├─ debit(7)       owner O3 - waits for O2
+//! └─ debit(7)       owner O4 - waits
+//! ```
+//!
+//! A plain [`LockService::lock`](crate::LockService::lock) call opens no body: it re-enters only
+//! holds of enclosing locked bodies, and a second plain call for the same key in the same
+//! function waits for the first like any other owner would.
+//!
+//! Tasks: `tokio::spawn` starts a new chain. [`spawn`] carries the chain's label and its
+//! enclosing holds along, so that a spawned task asking for a lock its parent holds gets
+//! [`ErrorKind::WouldDeadlock`](crate::ErrorKind::WouldDeadlock) at once (the parent usually
+//! awaits the task) instead of waiting out its whole wait.
+//!
+//! The web middleware labels each request's chain with the request id: introspection
+//! ([`LockInfo::holder`](crate::LockInfo::holder)) and logs show it in the owner,
+//! `<request id>#<n>`.
+//!
+//! # Explicit owners
+//!
+//! [`scope`] (or [`LockRequest::owner`](crate::LockRequest::owner)) names the owner yourself:
+//! every lock call inside it acts as that one owner and re-enters that owner's holds, wherever
+//! they are in the scope - also concurrent children's, so they do not exclude each other. Use it
+//! when one logical operation must be one owner (for example across processes, with
+//! [`OwnerId::across_processes`]).
 //!
 //! ```
 //! use lock_runtime::owner::{self, OwnerId};
@@ -31,6 +61,7 @@ use tokio::task::futures::TaskLocalFuture;
 
 tokio::task_local! {
     static OWNER: OwnerId;
+    static CHAIN: Chain;
 }
 
 /// The identity of a lock owner.
@@ -128,25 +159,41 @@ pub fn scope<F: Future>(owner: OwnerId, future: F) -> TaskLocalFuture<OwnerId, F
     OWNER.scope(owner, future)
 }
 
-/// The current owner.
+/// The current owner (see [`try_current`]).
 ///
 /// # Panics
-/// Outside any [`scope`]. Use [`try_current`] when that can happen.
+/// When there is none: outside any [`scope`] and any locked body. Use [`try_current`] when that
+/// can happen.
 #[track_caller]
 pub fn current() -> OwnerId {
     match try_current() {
         Some(owner) => owner,
-        None => panic!("lock_runtime::owner::current() called outside an owner scope"),
+        None => panic!(
+            "lock_runtime::owner::current() called outside an owner scope and any locked body"
+        ),
     }
 }
 
-/// The current owner, or `None` outside any [`scope`].
+/// The current owner: the explicit one of [`scope`] (or of the web middleware when it trusts
+/// request ids as owners), else the owner of the innermost locked body this call runs inside,
+/// or `None`.
 pub fn try_current() -> Option<OwnerId> {
-    OWNER.try_with(OwnerId::clone).ok()
+    OWNER.try_with(OwnerId::clone).ok().or_else(|| {
+        CHAIN
+            .try_with(|c| {
+                c.owner
+                    .clone()
+                    .or_else(|| c.frames.as_ref().map(|f| f.owner.clone()))
+            })
+            .ok()
+            .flatten()
+    })
 }
 
-/// Spawns `future` on the current tokio runtime inside the current owner's scope (or without a
-/// scope when there is none), so that the spawned task re-enters the caller's locks.
+/// Spawns `future` on the current tokio runtime, carrying the caller's lock context along: an
+/// explicit owner ([`scope`]) stays the owner, so the task re-enters that owner's locks; a call
+/// chain's label stays its label, and a lock the chain holds further up is refused with
+/// [`ErrorKind::WouldDeadlock`](crate::ErrorKind::WouldDeadlock) instead of being waited for.
 ///
 /// # Panics
 /// When called outside a tokio runtime, like `tokio::spawn`.
@@ -155,9 +202,175 @@ where
     F: Future + Send + 'static,
     F::Output: Send + 'static,
 {
-    match try_current() {
-        Some(owner) => tokio::spawn(scope(owner, future)),
-        None => tokio::spawn(future),
+    let chain = CHAIN.try_with(Chain::across_spawn).ok();
+    match (OWNER.try_with(OwnerId::clone).ok(), chain) {
+        (Some(owner), Some(chain)) => tokio::spawn(scope(owner, CHAIN.scope(chain, future))),
+        (Some(owner), None) => tokio::spawn(scope(owner, future)),
+        (None, Some(chain)) => tokio::spawn(CHAIN.scope(chain, future)),
+        (None, None) => tokio::spawn(future),
+    }
+}
+
+/// The lock context of one call chain: its label (the request id, under the web middleware),
+/// an explicit owner the middleware set, and the holds of the locked bodies it runs inside.
+#[derive(Clone, Default)]
+pub(crate) struct Chain {
+    label: Option<Arc<str>>,
+    owner: Option<OwnerId>,
+    frames: Option<Arc<Frame>>,
+    /// The innermost frame inherited through [`spawn`]: it and those above it are held by
+    /// another task that may be waiting for this one.
+    spawned_below: Option<Arc<Frame>>,
+}
+
+/// One locked body of a call chain: the hold it runs under.
+pub(crate) struct Frame {
+    /// Which service the hold belongs to ([`LockService`](crate::LockService)s are separate
+    /// lock domains).
+    service: usize,
+    lock: Arc<str>,
+    owner: OwnerId,
+    /// Taken by a call that re-enters this hold, for as long as its guard lives: concurrent
+    /// children re-enter one at a time.
+    entry: Arc<tokio::sync::Mutex<()>>,
+    parent: Option<Arc<Frame>>,
+}
+
+/// How a lock call without an explicit owner relates to the current call chain.
+pub(crate) enum Resolved {
+    /// Acquire as this owner (explicit, or fresh for a new hold).
+    Owner(OwnerId),
+    /// Re-enter the hold of this enclosing body, after taking its entry.
+    ReEnter {
+        owner: OwnerId,
+        entry: Arc<tokio::sync::Mutex<()>>,
+    },
+    /// The chain holds it across a spawned task.
+    AcrossSpawn,
+}
+
+impl Chain {
+    fn across_spawn(&self) -> Chain {
+        Chain {
+            spawned_below: self.frames.clone(),
+            ..self.clone()
+        }
+    }
+}
+
+/// The owner of a new lock call of `service` on `lock`: an explicit owner, the hold of an
+/// enclosing body to re-enter, or a fresh owner labelled with the chain's label.
+pub(crate) fn resolve(service: usize, lock: &str) -> Resolved {
+    if let Ok(owner) = OWNER.try_with(OwnerId::clone) {
+        return Resolved::Owner(owner);
+    }
+    let Ok(chain) = CHAIN.try_with(Chain::clone) else {
+        return Resolved::Owner(OwnerId::new());
+    };
+    if let Some(owner) = chain.owner {
+        return Resolved::Owner(owner);
+    }
+    let mut across_spawn = false;
+    let mut frame = chain.frames.as_ref();
+    while let Some(f) = frame {
+        if chain
+            .spawned_below
+            .as_ref()
+            .is_some_and(|s| Arc::ptr_eq(s, f))
+        {
+            across_spawn = true;
+        }
+        if f.service == service && &*f.lock == lock {
+            return match across_spawn {
+                true => Resolved::AcrossSpawn,
+                false => Resolved::ReEnter {
+                    owner: f.owner.clone(),
+                    entry: f.entry.clone(),
+                },
+            };
+        }
+        frame = f.parent.as_ref();
+    }
+    Resolved::Owner(fresh_owner(chain.label.as_deref()))
+}
+
+/// A new owner for a new hold: `<label>#<n>` when the chain has a label, random otherwise.
+fn fresh_owner(label: Option<&str>) -> OwnerId {
+    static NEXT: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(1);
+    match label {
+        Some(label) => OwnerId::from(format!(
+            "{label}#{}",
+            NEXT.fetch_add(1, std::sync::atomic::Ordering::Relaxed)
+        )),
+        None => OwnerId::new(),
+    }
+}
+
+/// Runs `future` as a new call chain labelled `label` (for example a job or message id): the
+/// locks it takes are held by owners `<label>#<n>`, which introspection and logs show. The web
+/// middleware does this for every request, with the request id.
+///
+/// ```
+/// # #[tokio::main(flavor = "current_thread")] async fn main() {
+/// use lock_runtime::owner;
+///
+/// owner::chain("nightly-report", async {
+///     // lock calls here: owners "nightly-report#1", "nightly-report#2", ...
+/// })
+/// .await;
+/// # }
+/// ```
+pub fn chain<F: Future>(label: impl Into<String>, future: F) -> impl Future<Output = F::Output> {
+    chain_scope(Some(label.into().into()), None, future)
+}
+
+/// Runs `future` as a new call chain labelled `label`, with `owner` as its explicit owner if
+/// given (the web middleware, per request).
+pub(crate) fn chain_scope<F: Future>(
+    label: Option<Arc<str>>,
+    owner: Option<OwnerId>,
+    future: F,
+) -> TaskLocalFuture<Chain, F> {
+    CHAIN.scope(
+        Chain {
+            label,
+            owner,
+            frames: None,
+            spawned_below: None,
+        },
+        future,
+    )
+}
+
+/// Runs `future` as the body locked by the hold of `owner` on `lock` of `service`: lock calls
+/// in it re-enter that hold.
+pub(crate) fn body_scope<F: Future>(
+    service: usize,
+    lock: Arc<str>,
+    owner: OwnerId,
+    future: F,
+) -> TaskLocalFuture<Chain, F> {
+    let mut chain = CHAIN.try_with(Chain::clone).unwrap_or_default();
+    chain.frames = Some(Arc::new(Frame {
+        service,
+        lock,
+        owner,
+        entry: Arc::new(tokio::sync::Mutex::new(())),
+        parent: chain.frames.take(),
+    }));
+    CHAIN.scope(chain, future)
+}
+
+/// The owners of the locked bodies this call chain runs inside, innermost first (for
+/// `is_held_by_current`).
+pub(crate) fn enclosing(service: usize, lock: &str) -> Option<OwnerId> {
+    match resolve(service, lock) {
+        Resolved::Owner(owner) if OWNER.try_with(|_| ()).is_ok() => Some(owner),
+        Resolved::Owner(owner) if CHAIN.try_with(|c| c.owner.is_some()).unwrap_or(false) => {
+            Some(owner)
+        }
+        Resolved::ReEnter { owner, .. } => Some(owner),
+        _ => None,
     }
 }
 
@@ -165,11 +378,6 @@ where
 pub(crate) fn process_instance() -> &'static str {
     static INSTANCE: LazyLock<String> = LazyLock::new(|| uuid::Uuid::new_v4().simple().to_string());
     &INSTANCE
-}
-
-/// The owner for a new lock call: the scope's, or a fresh one outside any scope.
-pub(crate) fn current_or_new() -> OwnerId {
-    try_current().unwrap_or_default()
 }
 
 #[cfg(test)]
@@ -193,7 +401,6 @@ mod tests {
         })
         .await;
         assert!(try_current().is_none());
-        assert_ne!(current_or_new(), current_or_new());
     }
 
     #[test]

@@ -10,7 +10,7 @@ use std::time::Duration;
 use crate::backend::Backend;
 use crate::config::LockConfig;
 use crate::engine::{Inner, KeyNames, owner_field};
-use crate::error::LockError;
+use crate::error::{ErrorKind, LockError};
 use crate::guard::LockGuard;
 use crate::local::Local;
 use crate::owner::{self, OwnerId};
@@ -80,7 +80,8 @@ impl LockService {
 
     /// Starts a request for the lock `key`; await it to acquire.
     ///
-    /// The owner is the current [`owner`] scope's, or a fresh one outside any scope; see
+    /// It re-enters a hold of an enclosing locked body of this call chain, or acts as the
+    /// explicit owner of an [`owner::scope`]; otherwise it is a new owner (see [`owner`]). See
     /// [`LockRequest`] for the options.
     pub fn lock(&self, key: impl Into<String>) -> LockRequest<'_> {
         LockRequest {
@@ -169,7 +170,8 @@ impl LockService {
     /// # Errors
     /// [`ErrorKind::InvalidKey`](crate::ErrorKind::InvalidKey) or [`ErrorKind::Backend`](crate::ErrorKind::Backend).
     pub async fn is_held_by_current(&self, key: &str) -> Result<bool, LockError> {
-        let Some(owner) = owner::try_current() else {
+        let names = self.names(key)?;
+        let Some(owner) = owner::enclosing(self.id(), &names.lock) else {
             return Ok(false);
         };
         let holder = self.inspect(key).await?.holder;
@@ -179,6 +181,11 @@ impl LockService {
     /// The configuration the service runs with.
     pub fn config(&self) -> &LockConfig {
         &self.inner.config
+    }
+
+    /// Identifies the service among the lock domains of a call chain.
+    pub(crate) fn id(&self) -> usize {
+        Arc::as_ptr(&self.inner) as usize
     }
 
     fn names(&self, key: &str) -> Result<KeyNames, LockError> {
@@ -231,7 +238,43 @@ impl LockRequest<'_> {
         self
     }
 
-    /// Acquire as `owner` instead of the current scope's owner.
+    /// Acquires the lock, runs the future `body` returns as a locked body, and releases the lock
+    /// after it: lock calls inside the body (however deep, also `#[distributed_lock]` fns)
+    /// re-enter this hold. `body` gets the [`Held`](crate::Held) lock: its key and fencing
+    /// token.
+    ///
+    /// ```no_run
+    /// # async fn demo(locks: lock_runtime::LockService) -> Result<(), lock_runtime::LockError> {
+    /// # async fn send_report(fence: u64) -> u32 { 0 }
+    /// use std::time::Duration;
+    ///
+    /// let sent = locks
+    ///     .lock("job:nightly-report")
+    ///     .wait(Duration::ZERO) // another instance runs it: skip
+    ///     .run(|held| async move { send_report(held.fence()).await })
+    ///     .await?;
+    /// # let _ = sent; Ok(()) }
+    /// ```
+    ///
+    /// # Errors
+    /// The errors of acquiring (see [`LockService::lock`]), and [`ErrorKind::Lost`] when the
+    /// lock was lost while the body ran: the body is stopped (dropped) at that moment, as
+    /// someone else may hold the lock now.
+    ///
+    /// # Cancel safety
+    /// Dropping the returned future drops the body and releases the lock in the background.
+    pub async fn run<F, Fut, T>(self, body: F) -> Result<T, LockError>
+    where
+        F: FnOnce(crate::Held) -> Fut,
+        Fut: Future<Output = T>,
+    {
+        let guard = self.await?;
+        let held = crate::Held::of(&guard);
+        crate::context::run_body(guard, crate::context::OnLost::Fail, body(held)).await
+    }
+
+    /// Acquire as `owner`: the lock re-enters that owner's holds, wherever they are (see
+    /// [`owner`](crate::owner#explicit-owners)), instead of following the call chain.
     pub fn owner(mut self, owner: OwnerId) -> Self {
         self.owner = Some(owner);
         self
@@ -243,14 +286,45 @@ impl<'a> IntoFuture for LockRequest<'a> {
     type IntoFuture = Pin<Box<dyn Future<Output = Self::Output> + Send + 'a>>;
 
     fn into_future(self) -> Self::IntoFuture {
-        let owner = self.owner.unwrap_or_else(owner::current_or_new);
         let inner = self.service.inner.clone();
         let names = self.service.names(&self.key);
+        let resolved = match (self.owner, &names) {
+            (Some(owner), _) => owner::Resolved::Owner(owner),
+            (None, Ok(names)) => owner::resolve(self.service.id(), &names.lock),
+            (None, Err(_)) => owner::Resolved::AcrossSpawn, // not used: the key error comes first
+        };
         let (lease, wait) = (self.lease, self.wait);
         Box::pin(async move {
             let names = names?;
             Inner::check_lease(&names, lease)?;
-            inner.acquire(names, owner, lease, wait).await
+            match resolved {
+                owner::Resolved::Owner(owner) => inner.acquire(names, owner, lease, wait).await,
+                owner::Resolved::ReEnter { owner, entry } => {
+                    // concurrent children of the holding body re-enter one at a time
+                    let started = std::time::Instant::now();
+                    let entered = match wait {
+                        Some(wait) => tokio::time::timeout(wait, entry.lock_owned())
+                            .await
+                            .map_err(|_| inner.timeout_error(&names, wait))?,
+                        None => entry.lock_owned().await,
+                    };
+                    let left = wait.map(|w| w.saturating_sub(started.elapsed()));
+                    let mut guard = inner.acquire(names, owner, lease, left).await?;
+                    guard.hold_entry(entered);
+                    Ok(guard)
+                }
+                owner::Resolved::AcrossSpawn => Err(LockError::new(
+                    ErrorKind::WouldDeadlock,
+                    format!(
+                        "lock `{}` is held further up this call chain, by the task that spawned \
+                         this one (owner::spawn); waiting for it here would wait for that task, \
+                         which may be waiting for this one. Re-entry follows one call chain: do \
+                         the locked work in the holding task, or use another key",
+                        names.user
+                    ),
+                )
+                .with_key(&names.user)),
+            }
         })
     }
 }

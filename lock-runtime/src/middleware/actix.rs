@@ -53,14 +53,12 @@ use actix_web::http::StatusCode;
 use actix_web::http::header::{CONTENT_TYPE, HeaderName, HeaderValue, RETRY_AFTER};
 use actix_web::{FromRequest, HttpMessage, HttpRequest, HttpResponse, ResponseError};
 use pin_project_lite::pin_project;
-use tokio::task::futures::TaskLocalFuture;
 use tracing::Instrument;
 use tracing::instrument::Instrumented;
 
 use super::response::Mapping;
-use super::{OwnerScopeConfig, REQUEST_ID_HEADER, RequestId, request_id_scope};
+use super::{OwnerScopeConfig, REQUEST_ID_HEADER, RequestId, RequestScope, request_scope};
 use crate::error::LockError;
-use crate::owner::{self, OwnerId};
 
 /// The configuration with its header names parsed once.
 #[derive(Debug)]
@@ -164,8 +162,7 @@ where
         request.extensions_mut().insert(started.id.clone());
         let future = self.service.call(request);
         ResponseFuture {
-            inner: owner::scope(started.owner, request_id_scope(started.id, future))
-                .instrument(started.span),
+            inner: request_scope(&started, future).instrument(started.span),
             echo: value.map(|value| (name, value)),
         }
     }
@@ -176,7 +173,7 @@ pin_project! {
     /// owner scope; adds the request id header to the response.
     pub struct ResponseFuture<F> {
         #[pin]
-        inner: Instrumented<TaskLocalFuture<OwnerId, TaskLocalFuture<RequestId, F>>>,
+        inner: Instrumented<RequestScope<F>>,
         echo: Option<(HeaderName, HeaderValue)>,
     }
 }
@@ -253,9 +250,17 @@ mod tests {
 
     use super::*;
 
+    /// The owner a lock call made here would hold the lock as.
+    fn owner_of_a_lock_call() -> String {
+        match crate::owner::resolve(0, "lock:{k}") {
+            crate::owner::Resolved::Owner(owner) => owner.to_string(),
+            _ => unreachable!("no enclosing locked body here"),
+        }
+    }
+
     /// Answers `<owner> <request id from the extractor>`.
     async fn who(id: RequestId) -> String {
-        format!("{} {id}", owner::current())
+        format!("{} {id}", owner_of_a_lock_call())
     }
 
     #[actix_web::test]

@@ -11,10 +11,12 @@
 //! 1. It takes the request id from the first configured header that carries a usable value
 //!    (default `x-request-id`, then `req-id`), or makes a new one
 //!    ([`MakeRequestId`], default [`UuidRequestId`]).
-//! 2. It runs the rest of the request inside a fresh lock-owner scope
-//!    ([`owner::scope`](crate::owner::scope)): every `#[distributed_lock]` fn and every
-//!    [`LockService`](crate::LockService) call made while handling the request acts as one
-//!    owner. Nested locked calls on the same key re-enter; other requests wait.
+//! 2. It runs the rest of the request as a new call chain labelled with the request id (see
+//!    [`owner`](crate::owner)): a locked call nested in another locked call on the same key
+//!    re-enters it; everything else waits - other requests, and concurrent children of this
+//!    one (`join!`, `join_all`, `select!`). The owners the request's locks are held by carry
+//!    the request id (`<request id>#<n>`), so introspection and logs show which request holds
+//!    a lock.
 //! 3. The request id is put into the request's extensions (handlers take a [`RequestId`]),
 //!    is readable anywhere in the request through [`current_request_id`], names a `tracing`
 //!    span around the request (so the lock's own log lines carry it), and is echoed on the
@@ -23,12 +25,14 @@
 //!
 //! # The request id is not the owner (unless you say so)
 //!
-//! By default every request gets a new random owner; the request id only labels it. A client
-//! that sends the same `x-request-id` on two concurrent requests (by mistake or on purpose)
-//! still gets mutual exclusion between them.
+//! By default every lock a request takes gets a new owner; the request id only labels it. A
+//! client that sends the same `x-request-id` on two concurrent requests (by mistake or on
+//! purpose) still gets mutual exclusion between them.
 //!
-//! [`OwnerScopeConfig::trust_request_id_as_owner`] makes the request id the owner instead, so
-//! that requests carrying the same id re-enter each other's locks. Use it only when every
+//! [`OwnerScopeConfig::trust_request_id_as_owner`] makes the request id the explicit owner of
+//! every lock call of the request instead (see
+//! [explicit owners](crate::owner#explicit-owners)), so that requests carrying the same id -
+//! and concurrent children of one request - re-enter each other's locks. Use it only when every
 //! caller that can reach the service is trusted to send unique ids per logical operation (one
 //! service mesh, the header set by your own gateway and stripped from outside traffic): anyone
 //! who can send the header can otherwise join a critical section that another request holds,
@@ -274,13 +278,15 @@ impl OwnerScopeConfig {
             Some((i, id)) => (i, id, true),
             None => (0, self.make_request_id.make_request_id(), false),
         };
-        let owner = if self.trust_request_id {
-            OwnerId::across_processes(format!("request:{id}"))
-        } else {
-            OwnerId::new()
-        };
-        let span =
-            tracing::debug_span!("request", request_id = %id, lock_owner = %owner, from_client);
+        let owner = self
+            .trust_request_id
+            .then(|| OwnerId::across_processes(format!("request:{id}")));
+        let span = tracing::debug_span!(
+            "request",
+            request_id = %id,
+            trusted_owner = self.trust_request_id,
+            from_client
+        );
         Started {
             id,
             owner,
@@ -310,7 +316,8 @@ impl fmt::Debug for OwnerScopeConfig {
 /// What the middleware decided for one request.
 pub(crate) struct Started {
     pub(crate) id: RequestId,
-    pub(crate) owner: OwnerId,
+    /// The explicit owner of every lock call of the request, when request ids are trusted.
+    pub(crate) owner: Option<OwnerId>,
     /// Index into the configured headers.
     pub(crate) echo_header: usize,
     pub(crate) from_client: bool,
@@ -323,6 +330,24 @@ pub(crate) fn request_id_scope<F: std::future::Future>(
     future: F,
 ) -> tokio::task::futures::TaskLocalFuture<RequestId, F> {
     REQUEST_ID.scope(id, future)
+}
+
+/// The request's scopes around `future`: a call chain labelled with the request id (with the
+/// trusted owner, if any), and the request id.
+pub(crate) type RequestScope<F> = tokio::task::futures::TaskLocalFuture<
+    crate::owner::Chain,
+    tokio::task::futures::TaskLocalFuture<RequestId, F>,
+>;
+
+pub(crate) fn request_scope<F: std::future::Future>(
+    started: &Started,
+    future: F,
+) -> RequestScope<F> {
+    crate::owner::chain_scope(
+        Some(started.id.as_str().into()),
+        started.owner.clone(),
+        request_id_scope(started.id.clone(), future),
+    )
 }
 
 #[track_caller]
@@ -364,17 +389,15 @@ mod tests {
     }
 
     #[test]
-    fn the_owner_is_fresh_unless_the_id_is_trusted() {
+    fn there_is_no_request_owner_unless_the_id_is_trusted() {
         let plain = OwnerScopeConfig::new();
         let a = plain.start(headers(&[("x-request-id", "same")]));
-        let b = plain.start(headers(&[("x-request-id", "same")]));
-        assert_eq!(a.id, b.id);
-        assert_ne!(a.owner, b.owner);
+        assert_eq!(a.owner, None, "each lock call chain gets its own owner");
         let trusted = OwnerScopeConfig::new().trust_request_id_as_owner();
         let a = trusted.start(headers(&[("x-request-id", "same")]));
         let b = trusted.start(headers(&[("req-id", "same")]));
         assert_eq!(a.owner, b.owner);
-        assert_eq!(a.owner.as_str(), "request:same");
+        assert_eq!(a.owner.unwrap().as_str(), "request:same");
     }
 
     #[test]

@@ -51,16 +51,14 @@ use http::header::{CONTENT_TYPE, RETRY_AFTER};
 use http::request::Parts;
 use http::{HeaderName, HeaderValue, Request, StatusCode};
 use pin_project_lite::pin_project;
-use tokio::task::futures::TaskLocalFuture;
 use tower_layer::Layer;
 use tower_service::Service;
 use tracing::Instrument;
 use tracing::instrument::Instrumented;
 
 use super::response::Mapping;
-use super::{OwnerScopeConfig, REQUEST_ID_HEADER, RequestId, request_id_scope};
+use super::{OwnerScopeConfig, REQUEST_ID_HEADER, RequestId, RequestScope, request_scope};
 use crate::error::LockError;
-use crate::owner::{self, OwnerId};
 
 /// The configuration with its header names parsed once.
 #[derive(Debug)]
@@ -190,8 +188,7 @@ where
         request.extensions_mut().insert(started.id.clone());
         let future = self.inner.call(request);
         ResponseFuture {
-            inner: owner::scope(started.owner, request_id_scope(started.id, future))
-                .instrument(started.span),
+            inner: request_scope(&started, future).instrument(started.span),
             echo: value.map(|value| (name, value)),
         }
     }
@@ -202,7 +199,7 @@ pin_project! {
     /// scope; adds the request id header to the response.
     pub struct ResponseFuture<F> {
         #[pin]
-        inner: Instrumented<TaskLocalFuture<OwnerId, TaskLocalFuture<RequestId, F>>>,
+        inner: Instrumented<RequestScope<F>>,
         echo: Option<(HeaderName, HeaderValue)>,
     }
 }
@@ -270,6 +267,14 @@ mod tests {
 
     use super::*;
 
+    /// The owner a lock call made here would hold the lock as.
+    fn owner_of_a_lock_call() -> String {
+        match crate::owner::resolve(0, "lock:{k}") {
+            crate::owner::Resolved::Owner(owner) => owner.to_string(),
+            _ => unreachable!("no enclosing locked body here"),
+        }
+    }
+
     async fn call(
         service: &mut OwnerScope<Router>,
         headers: &[(&str, &str)],
@@ -299,7 +304,11 @@ mod tests {
                 let seen = headers
                     .get("x-request-id")
                     .map(|v| v.to_str().unwrap().to_owned());
-                format!("{} {id} {}", owner::current(), seen.unwrap_or_default())
+                format!(
+                    "{} {id} {}",
+                    owner_of_a_lock_call(),
+                    seen.unwrap_or_default()
+                )
             }),
         )
     }
