@@ -19,7 +19,7 @@ async fn tasks_exclude_each_other_on_a_shared_counter() {
     let fx = Fixture::single().await;
     let locks = fx.service(LONG_WATCHDOG).await;
     let (key, counter) = (unique_key("excl"), unique_key("counter"));
-    let client = redis::Client::open(fx.topo.url()).unwrap();
+    let client = redis::Client::open(fx.topo().url()).unwrap();
     let mut tasks = Vec::new();
     for _ in 0..8 {
         let (locks, key, counter, client) =

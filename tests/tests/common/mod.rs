@@ -11,7 +11,15 @@ use tokio::io::{AsyncBufReadExt, BufReader};
 
 /// A running topology and how to build lock services on it.
 pub struct Fixture {
-    pub topo: &'static Topology,
+    topo: Topo,
+}
+
+/// A topology shared by the tests of this binary, or one a fixture owns.
+enum Topo {
+    /// Lives until the process exits (see `harness::shared`).
+    Shared(&'static Topology),
+    /// Dropped with the fixture: its servers are killed and its directory removed then.
+    Owned(Topology),
 }
 
 impl Fixture {
@@ -22,37 +30,47 @@ impl Fixture {
     /// The topology of `kind` shared by the tests of this binary.
     pub async fn shared(kind: Kind) -> Fixture {
         Fixture {
-            topo: shared(kind).await,
+            topo: Topo::Shared(shared(kind).await),
         }
     }
 
-    /// A fixture on a topology of its own (for tests that kill or fail over nodes).
+    /// A fixture on a topology of its own (for tests that kill or fail over nodes). Its
+    /// processes and directory go away when the fixture is dropped, so declare it before the
+    /// services that use it (locals drop in reverse order).
     pub async fn own(spec: Spec) -> Fixture {
         Fixture {
-            topo: Box::leak(Box::new(Topology::start(spec).await)),
+            topo: Topo::Owned(Topology::start(spec).await),
+        }
+    }
+
+    /// The running topology.
+    pub fn topo(&self) -> &Topology {
+        match &self.topo {
+            Topo::Shared(topo) => topo,
+            Topo::Owned(topo) => topo,
         }
     }
 
     pub fn kind(&self) -> Kind {
-        self.topo.spec().kind()
+        self.topo().spec().kind()
     }
 
     /// The topology as a lock configuration.
     pub fn topology(&self) -> lock_runtime::Topology {
         match self.kind() {
             Kind::Single => lock_runtime::Topology::Single {
-                url: self.topo.url(),
+                url: self.topo().url(),
             },
             Kind::MasterReplicas => lock_runtime::Topology::MasterSlave {
-                master: self.topo.master_url(),
-                replicas: self.topo.replica_urls(),
+                master: self.topo().master_url(),
+                replicas: self.topo().replica_urls(),
             },
             Kind::Sentinel => lock_runtime::Topology::Sentinel {
-                master_name: self.topo.master_name().to_owned(),
-                sentinels: self.topo.sentinel_urls(),
+                master_name: self.topo().master_name().to_owned(),
+                sentinels: self.topo().sentinel_urls(),
             },
             Kind::Cluster => lock_runtime::Topology::Cluster {
-                nodes: self.topo.node_urls(),
+                nodes: self.topo().node_urls(),
             },
         }
     }
@@ -119,18 +137,18 @@ impl Fixture {
 
     /// A plain connection to the master (single, master-slave, sentinel's first master).
     pub fn redis(&self) -> redis::Connection {
-        self.topo.conn(self.topo.master_port())
+        self.topo().conn(self.topo().master_port())
     }
 
     /// An async connection for raw commands on any key of this topology.
     pub async fn raw(&self) -> Raw {
         match self.kind() {
             Kind::Cluster => {
-                let client = redis::cluster::ClusterClient::new(self.topo.node_urls()).unwrap();
+                let client = redis::cluster::ClusterClient::new(self.topo().node_urls()).unwrap();
                 Raw::Cluster(client.get_async_connection().await.unwrap())
             }
             Kind::Sentinel => {
-                let url = Topology::url_of(self.topo.current_master());
+                let url = Topology::url_of(self.topo().current_master());
                 Raw::Single(
                     redis::Client::open(url)
                         .unwrap()
@@ -140,7 +158,7 @@ impl Fixture {
                 )
             }
             _ => Raw::Single(
-                redis::Client::open(self.topo.master_url())
+                redis::Client::open(self.topo().master_url())
                     .unwrap()
                     .get_multiplexed_async_connection()
                     .await
