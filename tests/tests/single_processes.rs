@@ -75,6 +75,37 @@ async fn a_killed_watchdog_holder_stops_renewing() {
     guard.release().await.unwrap();
 }
 
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_worker_outlives_the_thread_that_started_it() {
+    // PR_SET_PDEATHSIG fires when the thread that forked the child exits; workers are forked by
+    // the harness's spawner thread, so one started from a short-lived thread keeps running.
+    let fx = Fixture::single().await;
+    let key = unique_key("worker-thread");
+    let (url, k, rt) = (
+        fx.topo().url(),
+        key.clone(),
+        tokio::runtime::Handle::current(),
+    );
+    let mut holder = std::thread::spawn(move || {
+        let _rt = rt.enter();
+        Worker::spawn(&[&url, "hold", &k, "0"])
+    })
+    .join()
+    .unwrap();
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    assert!(
+        holder.is_running(),
+        "the worker died with the thread that started it"
+    );
+    assert!(
+        holder
+            .line(Duration::from_secs(10))
+            .await
+            .starts_with("held ")
+    );
+    holder.kill().await;
+}
+
 #[tokio::test]
 async fn an_empty_key_is_an_invalid_key_error() {
     let fx = Fixture::single().await;

@@ -6,7 +6,7 @@ use std::process::Stdio;
 use std::time::{Duration, Instant};
 
 use lock_runtime::{LockConfig, LockService};
-use lock_tests::harness::{Kind, Spec, Topology, shared};
+use lock_tests::harness::{Kind, Spec, Topology, shared, spawn_child};
 use tokio::io::{AsyncBufReadExt, BufReader};
 
 /// A running topology and how to build lock services on it.
@@ -217,21 +217,30 @@ pub async fn waiters_in_line(service: &LockService, key: &str, n: usize) {
     .await;
 }
 
-/// A `lock-worker` process (see src/bin/lock-worker.rs).
+/// A `lock-worker` process (see src/bin/lock-worker.rs). Killed (and reaped) when dropped.
 pub struct Worker {
-    child: tokio::process::Child,
+    child: std::process::Child,
     lines: tokio::io::Lines<BufReader<tokio::process::ChildStdout>>,
 }
 
 impl Worker {
+    /// Starts a worker; call it inside a tokio runtime (its stdout is read through the runtime).
+    ///
+    /// The worker must not outlive this process, also when the test is killed (a nextest
+    /// timeout, Ctrl-C): it gets `PR_SET_PDEATHSIG(SIGKILL)`. That signal follows the *thread*
+    /// that forked the child, so it is not set here with `pre_exec` on a command spawned from
+    /// the calling thread (a test thread, a runtime worker or a blocking-pool thread may exit
+    /// while the worker is still in use, and the kernel would then kill it); nor by the worker
+    /// itself after start (same thread problem). The worker is forked by the harness's spawner
+    /// thread, which lives until the process exits (`harness::spawn_child`, which also closes
+    /// the race of a parent dying before the signal is armed).
     pub fn spawn(args: &[&str]) -> Worker {
-        let mut child = tokio::process::Command::new(env!("CARGO_BIN_EXE_lock-worker"))
-            .args(args)
-            .stdout(Stdio::piped())
-            .kill_on_drop(true)
-            .spawn()
-            .expect("spawn lock-worker");
-        let lines = BufReader::new(child.stdout.take().unwrap()).lines();
+        let mut cmd = std::process::Command::new(env!("CARGO_BIN_EXE_lock-worker"));
+        cmd.args(args).stdin(Stdio::null()).stdout(Stdio::piped());
+        let mut child = spawn_child(cmd).expect("spawn lock-worker");
+        let stdout = tokio::process::ChildStdout::from_std(child.stdout.take().unwrap())
+            .expect("register the worker's stdout with the runtime");
+        let lines = BufReader::new(stdout).lines();
         Worker { child, lines }
     }
 
@@ -244,15 +253,45 @@ impl Worker {
             .expect("worker exited")
     }
 
+    /// `true` until the worker exits.
+    pub fn is_running(&mut self) -> bool {
+        matches!(self.child.try_wait(), Ok(None))
+    }
+
+    /// SIGKILLs the worker and reaps it.
     pub async fn kill(&mut self) {
-        self.child.kill().await.expect("kill worker");
+        self.child.kill().expect("kill worker");
+        self.exit_status(Duration::from_secs(10))
+            .await
+            .expect("a killed worker is reaped in time");
     }
 
     pub async fn success(mut self, within: Duration) -> bool {
-        tokio::time::timeout(within, self.child.wait())
+        self.exit_status(within)
             .await
             .expect("worker did not finish in time")
-            .expect("wait worker")
             .success()
+    }
+
+    /// Polls for the exit without blocking the runtime; `None` if still running after `within`.
+    async fn exit_status(&mut self, within: Duration) -> Option<std::process::ExitStatus> {
+        let deadline = Instant::now() + within;
+        loop {
+            if let Some(status) = self.child.try_wait().expect("wait worker") {
+                return Some(status);
+            }
+            if Instant::now() >= deadline {
+                return None;
+            }
+            tokio::time::sleep(Duration::from_millis(10)).await;
+        }
+    }
+}
+
+impl Drop for Worker {
+    fn drop(&mut self) {
+        // SIGKILL, then reap: a killed process exits at once, so the wait is short.
+        let _ = self.child.kill();
+        let _ = self.child.wait();
     }
 }
