@@ -276,7 +276,9 @@ fn child_process_helper() {
         let mut cmd = Command::new(env!("CARGO_BIN_EXE_lock-worker"));
         cmd.args([&topo.url(), "hold", &unique_key("orphan"), "0"])
             .stdin(Stdio::null())
-            .stdout(Stdio::piped());
+            .stdout(Stdio::piped())
+            // not this process's stderr: a surviving worker would hold run_child's pipe open
+            .stderr(Stdio::null());
         let mut worker = spawn_child(cmd).unwrap();
         let mut line = String::new();
         BufReader::new(worker.stdout.take().unwrap())
