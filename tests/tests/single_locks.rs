@@ -160,15 +160,33 @@ async fn the_watchdog_keeps_a_lock_past_its_timeout_until_release() {
 
 #[tokio::test]
 async fn dropped_panicked_and_cancelled_holders_free_the_lock() {
+    // Leases of 30 s (the watchdog's, or a fixed one) against waits of 2 s: only a release frees
+    // the lock in time, never a lease running out once renewal stops.
+    const FREED_WITHIN: Duration = Duration::from_secs(2);
     let fx = Fixture::single().await;
-    let locks = fx.service(WATCHDOG).await;
-    let check = fx.service(WATCHDOG).await;
+    let locks = fx.service(LONG_WATCHDOG).await;
+    let check = fx.service(LONG_WATCHDOG).await;
 
     let key = unique_key("dropped");
     drop(locks.lock(&key).await.unwrap());
-    eventually("dropped guard releases", Duration::from_secs(2), || async {
+    eventually("dropped guard releases", FREED_WITHIN, || async {
         !check.is_locked(&key).await.unwrap()
     })
+    .await;
+
+    let key = unique_key("dropped-lease");
+    drop(
+        locks
+            .lock(&key)
+            .lease(Duration::from_secs(30))
+            .await
+            .unwrap(),
+    );
+    eventually(
+        "dropped guard with a fixed lease releases",
+        FREED_WITHIN,
+        || async { !check.is_locked(&key).await.unwrap() },
+    )
     .await;
 
     let key = unique_key("panicked");
@@ -178,11 +196,9 @@ async fn dropped_panicked_and_cancelled_holders_free_the_lock() {
         panic!("holder panics");
     });
     assert!(task.await.unwrap_err().is_panic());
-    eventually(
-        "panicked holder's lock is freed",
-        Duration::from_secs(2),
-        || async { !check.is_locked(&key).await.unwrap() },
-    )
+    eventually("panicked holder's lock is freed", FREED_WITHIN, || async {
+        !check.is_locked(&key).await.unwrap()
+    })
     .await;
 
     let key = unique_key("cancelled");
@@ -195,11 +211,9 @@ async fn dropped_panicked_and_cancelled_holders_free_the_lock() {
     });
     held_rx.await.unwrap();
     task.abort();
-    eventually(
-        "cancelled holder's lock is freed",
-        Duration::from_secs(2),
-        || async { !check.is_locked(&key).await.unwrap() },
-    )
+    eventually("cancelled holder's lock is freed", FREED_WITHIN, || async {
+        !check.is_locked(&key).await.unwrap()
+    })
     .await;
 }
 
