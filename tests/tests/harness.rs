@@ -279,6 +279,8 @@ fn child_process_helper() {
             .stdout(Stdio::piped())
             // not this process's stderr: a surviving worker would hold run_child's pipe open
             .stderr(Stdio::null());
+        // never waited for: this process SIGKILLs itself below, and the worker must die with it
+        #[allow(clippy::zombie_processes)]
         let mut worker = spawn_child(cmd).unwrap();
         let mut line = String::new();
         BufReader::new(worker.stdout.take().unwrap())
