@@ -98,16 +98,35 @@ port_in_use() {
     (exec 3<>"/dev/tcp/127.0.0.1/$1") 2>/dev/null
 }
 
+# Milliseconds since the epoch, for deadlines that do not drift on a slow machine (a poll loop
+# counted in iterations takes longer than its nominal time when every iteration is slow).
+now_ms() {
+    if [ -n "${EPOCHREALTIME:-}" ]; then
+        local t="${EPOCHREALTIME/[.,]/}"
+        echo $((10#$t / 1000))
+    else
+        echo $(($(date +%s) * 1000))
+    fi
+}
+
+# The process_id the redis-server on port $1 reports, or nothing if it does not answer.
+redis_pid() {
+    "$redis_cli" -p "$1" info server 2>/dev/null | sed -n 's/^process_id:\([0-9]*\).*/\1/p' || true
+}
+
 start_redis() {
-    local port pid
+    local port pid deadline
     for _ in 1 2 3 4 5 6 7 8 9 10; do
         port=$((20000 + RANDOM % 40000))
         port_in_use "$port" && continue
         "$redis_server" --port "$port" --bind 127.0.0.1 --save '' --appendonly no \
             --dir "$work" --logfile "$work/redis.log" &
         pid=$!
-        for _ in $(seq 50); do
-            if [ "$("$redis_cli" -p "$port" ping 2>/dev/null)" = PONG ]; then
+        deadline=$(($(now_ms) + 10000))
+        while [ "$(now_ms)" -lt "$deadline" ]; do
+            # Someone else may have taken the port between the check above and the start: only
+            # our own process counts as up (it exits when it finds the port taken).
+            if [ "$(redis_pid "$port")" = "$pid" ]; then
                 pids+=("$pid")
                 redis_port=$port
                 return 0
@@ -136,28 +155,51 @@ target_dir="$(cargo metadata --format-version 1 --no-deps |
     sed -n 's/.*"target_directory":"\([^"]*\)".*/\1/p')"
 bin="$target_dir/$profile_dir"
 
+# The URL of the first complete "listening on URL" line of the log file $1; nothing while there is
+# none yet (or no file). `read` fails on a last line that has no newline yet, so a line the shop
+# is still writing is never taken.
+listening_url() {
+    local line
+    [ -r "$1" ] || return 0
+    while IFS= read -r line; do
+        case "$line" in
+            "listening on "*)
+                printf '%s\n' "${line#listening on }"
+                return 0
+                ;;
+        esac
+    done <"$1"
+}
+
 step "starting $instances shop-axum instances"
 targets=()
 for i in $(seq "$instances"); do
+    log="$work/shop-$i.log"
+    # Created here, before the background process exists: the redirection of a background
+    # command runs in the forked shell, possibly after the first poll below.
+    : >"$log"
     "$bin/shop-axum" --config "$work/lock.toml" --listen 127.0.0.1:0 --instance "shop-$i" \
-        >"$work/shop-$i.log" 2>&1 &
-    pids+=("$!")
+        >>"$log" 2>&1 &
+    pid=$!
+    pids+=("$pid")
     url=""
-    for _ in $(seq 300); do
-        url="$(sed -n 's/^listening on //p' "$work/shop-$i.log")"
+    deadline=$(($(now_ms) + 30000))
+    while :; do
+        url="$(listening_url "$log")"
         [ -n "$url" ] && break
-        if ! kill -0 "${pids[-1]}" 2>/dev/null; then
-            cat "$work/shop-$i.log" >&2
+        if ! kill -0 "$pid" 2>/dev/null; then
+            echo "shop-$i exited during start-up:" >&2
+            cat "$log" >&2 || true
+            exit 1
+        fi
+        if [ "$(now_ms)" -ge "$deadline" ]; then
+            echo "shop-$i did not start within 30 s:" >&2
+            cat "$log" >&2 || true
             exit 1
         fi
         sleep 0.1
     done
-    if [ -z "$url" ]; then
-        echo "shop-$i did not start within 30 s:" >&2
-        cat "$work/shop-$i.log" >&2
-        exit 1
-    fi
-    echo "shop-$i (pid ${pids[-1]}) on $url"
+    echo "shop-$i (pid $pid) on $url"
     targets+=(--target "$url")
 done
 

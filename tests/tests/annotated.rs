@@ -92,7 +92,10 @@ async fn question_mark_returns_release_the_lock() {
     assert!(!probe.is_locked(&format!("early:{key}")).await.unwrap());
 }
 
-#[distributed_lock(key = "panic:<key>")]
+// The two fns below hold with a 30 s lease (the global service's watchdog is 300 ms): only the
+// background release of the dropped guard frees them within the test's 2 s, never a lease
+// running out.
+#[distributed_lock(key = "panic:<key>", lease = "30s")]
 async fn panics(key: String) -> Result<(), AppError> {
     if !key.is_empty() {
         panic!("the body panics");
@@ -100,7 +103,7 @@ async fn panics(key: String) -> Result<(), AppError> {
     Ok(())
 }
 
-#[distributed_lock(key = "slow:<key>", wait = "forever")]
+#[distributed_lock(key = "slow:<key>", wait = "forever", lease = "30s")]
 async fn slow(key: String, entered: &AtomicU32) -> Result<(), AppError> {
     entered.fetch_add(1, Ordering::SeqCst);
     tokio::time::sleep(Duration::from_secs(60)).await;

@@ -29,15 +29,15 @@ async fn restart_of_a_single_server_clients_reconnect_and_tokens_keep_increasing
         last = g.fence();
         g.release().await.unwrap();
     }
-    let port = fx.topo.master_port();
-    fx.topo.kill(port);
+    let port = fx.topo().master_port();
+    fx.topo().kill(port);
     let err = locks
         .lock(&key)
         .wait(Duration::from_millis(200))
         .await
         .unwrap_err();
     assert_eq!(err.kind(), ErrorKind::Backend, "{err}");
-    fx.topo.restart(port).await; // no persistence: the counter is gone with the data
+    fx.topo().restart(port).await; // no persistence: the counter is gone with the data
     let restarted = Instant::now();
     let first = AtomicU64::new(0);
     eventually(
@@ -174,11 +174,11 @@ async fn kill_the_sentinel_master(sync_replicas: u32) -> Arc<Tally> {
         tally.clone(),
     ));
     tokio::time::sleep(Duration::from_secs(1)).await;
-    let old = fx.topo.current_master();
-    fx.topo.kill(old);
+    let old = fx.topo().current_master();
+    fx.topo().kill(old);
     *killed.lock().unwrap() = Some(Instant::now());
     let new = fx
-        .topo
+        .topo()
         .wait_for_new_master(old, Duration::from_secs(20))
         .await;
     eventually(
@@ -232,13 +232,13 @@ async fn failover_kill_cluster_master_other_slots_keep_working() {
     // one key on the master that dies, one on another master
     let victim_key = unique_key("victim");
     let victim = fx
-        .topo
-        .master_for_slot(fx.topo.key_slot(&format!("lock:{{{victim_key}}}")));
+        .topo()
+        .master_for_slot(fx.topo().key_slot(&format!("lock:{{{victim_key}}}")));
     let steady_key = (0..)
         .map(|i| unique_key(&format!("steady{i}")))
         .find(|k| {
-            fx.topo
-                .master_for_slot(fx.topo.key_slot(&format!("lock:{{{k}}}")))
+            fx.topo()
+                .master_for_slot(fx.topo().key_slot(&format!("lock:{{{k}}}")))
                 != victim
         })
         .unwrap();
@@ -246,8 +246,8 @@ async fn failover_kill_cluster_master_other_slots_keep_working() {
     let before = g.fence();
     g.release().await.unwrap();
 
-    let slot = fx.topo.key_slot(&format!("lock:{{{victim_key}}}"));
-    fx.topo.kill(victim);
+    let slot = fx.topo().key_slot(&format!("lock:{{{victim_key}}}"));
+    fx.topo().kill(victim);
     let killed = Instant::now();
     let steady_failures = Arc::new(AtomicU64::new(0));
     let stop = Arc::new(AtomicBool::new(false));
@@ -280,7 +280,7 @@ async fn failover_kill_cluster_master_other_slots_keep_working() {
         })
     };
     let new = fx
-        .topo
+        .topo()
         .wait_for_new_slot_owner(slot, victim, Duration::from_secs(20))
         .await;
     let promoted = killed.elapsed();
@@ -334,7 +334,7 @@ async fn kill_of_a_static_master_fails_clearly_and_never_writes_replicas() {
     .unwrap();
     let key = unique_key("static");
     locks.lock(&key).await.unwrap().release().await.unwrap();
-    fx.topo.kill(fx.topo.master_port());
+    fx.topo().kill(fx.topo().master_port());
     let started = Instant::now();
     let err = locks
         .lock(&key)
@@ -348,7 +348,7 @@ async fn kill_of_a_static_master_fails_clearly_and_never_writes_replicas() {
         started.elapsed()
     );
     // pointing a service at a replica is refused: locks are never written to replicas
-    let replica = fx.topo.replica_urls()[0].clone();
+    let replica = fx.topo().replica_urls()[0].clone();
     let config = lock_runtime::LockConfig::new(lock_runtime::Topology::MasterSlave {
         master: replica,
         replicas: vec![],

@@ -3,12 +3,13 @@
 
 use std::collections::HashSet;
 use std::env;
+use std::io::{BufRead, BufReader};
 use std::net::{Ipv4Addr, TcpListener};
 use std::process::{Command, Stdio};
 use std::thread;
 use std::time::{Duration, Instant};
 
-use lock_tests::harness::{Kind, Spec, Topology, shared, unique_key};
+use lock_tests::harness::{Kind, Spec, Topology, shared, spawn_child, unique_key};
 use redis::Commands;
 
 const DEADLINE: Duration = Duration::from_secs(20);
@@ -270,6 +271,26 @@ fn child_process_helper() {
     let topo = rt.block_on(shared(Kind::Single));
     let port = topo.master_port();
     println!("HARNESS port={port} pid={}", topo.pid(port).unwrap());
+    if mode == "worker-sigkill" {
+        // A lock-worker started the way the lock tests start theirs, holding a lock.
+        let mut cmd = Command::new(env!("CARGO_BIN_EXE_lock-worker"));
+        cmd.args([&topo.url(), "hold", &unique_key("orphan"), "0"])
+            .stdin(Stdio::null())
+            .stdout(Stdio::piped())
+            // not this process's stderr: a surviving worker would hold run_child's pipe open
+            .stderr(Stdio::null());
+        // never waited for: this process SIGKILLs itself below, and the worker must die with it
+        #[allow(clippy::zombie_processes)]
+        let mut worker = spawn_child(cmd).unwrap();
+        let mut line = String::new();
+        BufReader::new(worker.stdout.take().unwrap())
+            .read_line(&mut line)
+            .unwrap();
+        assert!(line.starts_with("held "), "{line}");
+        println!("HARNESS worker={}", worker.id());
+        // SAFETY: raising a signal on our own process.
+        unsafe { libc::kill(libc::getpid(), libc::SIGKILL) };
+    }
     if mode == "sigkill" {
         // Dies without unwinding or exit hooks, like a test binary killed on timeout.
         // SAFETY: raising a signal on our own process.
@@ -298,7 +319,8 @@ fn run_child(mode: &str, envs: &[(&str, &str)]) -> ChildRun {
     .stdin(Stdio::null())
     .stdout(Stdio::piped())
     .stderr(Stdio::piped());
-    let child = cmd.spawn().unwrap();
+    // Like every child of a test, the copy dies with this process (harness::spawn_child).
+    let child = spawn_child(cmd).unwrap();
     let child_pid = child.id();
     let out = child.wait_with_output().unwrap();
     let output = format!(
@@ -340,6 +362,22 @@ fn servers_die_with_a_sigkilled_test_process() {
     );
     wait_for("the orphaned server dies", || process_dead(pid));
     wait_for("the orphaned server's port is free", || port_free(port));
+}
+
+#[test]
+fn lock_workers_die_with_a_sigkilled_test_process() {
+    let run = run_child("worker-sigkill", &[]);
+    assert!(
+        !run.success,
+        "the child should have been killed:\n{}",
+        run.output
+    );
+    let worker: u32 = run
+        .output
+        .lines()
+        .find_map(|l| l.split_once("HARNESS worker=")?.1.trim().parse().ok())
+        .unwrap_or_else(|| panic!("no worker line:\n{}", run.output));
+    wait_for("the orphaned lock-worker dies", || process_dead(worker));
 }
 
 #[test]

@@ -45,7 +45,7 @@ async fn lazy_loading_explicit_init_and_reinit() {
     unsafe { std::env::remove_var(lock_runtime::CONFIG_ENV) };
     let text = format!(
         "[redis]\nmode = \"single\"\nurl = \"{}\"\n[lock]\nprefix = \"reg:\"\n",
-        fx.topo.url()
+        fx.topo().url()
     );
     std::fs::write(dir.path().join("lock.toml"), &text).unwrap();
     assert!(locked(&key).await.unwrap() > 0);

@@ -19,7 +19,7 @@ async fn tasks_exclude_each_other_on_a_shared_counter() {
     let fx = Fixture::single().await;
     let locks = fx.service(LONG_WATCHDOG).await;
     let (key, counter) = (unique_key("excl"), unique_key("counter"));
-    let client = redis::Client::open(fx.topo.url()).unwrap();
+    let client = redis::Client::open(fx.topo().url()).unwrap();
     let mut tasks = Vec::new();
     for _ in 0..8 {
         let (locks, key, counter, client) =
@@ -160,15 +160,33 @@ async fn the_watchdog_keeps_a_lock_past_its_timeout_until_release() {
 
 #[tokio::test]
 async fn dropped_panicked_and_cancelled_holders_free_the_lock() {
+    // Leases of 30 s (the watchdog's, or a fixed one) against waits of 2 s: only a release frees
+    // the lock in time, never a lease running out once renewal stops.
+    const FREED_WITHIN: Duration = Duration::from_secs(2);
     let fx = Fixture::single().await;
-    let locks = fx.service(WATCHDOG).await;
-    let check = fx.service(WATCHDOG).await;
+    let locks = fx.service(LONG_WATCHDOG).await;
+    let check = fx.service(LONG_WATCHDOG).await;
 
     let key = unique_key("dropped");
     drop(locks.lock(&key).await.unwrap());
-    eventually("dropped guard releases", Duration::from_secs(2), || async {
+    eventually("dropped guard releases", FREED_WITHIN, || async {
         !check.is_locked(&key).await.unwrap()
     })
+    .await;
+
+    let key = unique_key("dropped-lease");
+    drop(
+        locks
+            .lock(&key)
+            .lease(Duration::from_secs(30))
+            .await
+            .unwrap(),
+    );
+    eventually(
+        "dropped guard with a fixed lease releases",
+        FREED_WITHIN,
+        || async { !check.is_locked(&key).await.unwrap() },
+    )
     .await;
 
     let key = unique_key("panicked");
@@ -178,11 +196,9 @@ async fn dropped_panicked_and_cancelled_holders_free_the_lock() {
         panic!("holder panics");
     });
     assert!(task.await.unwrap_err().is_panic());
-    eventually(
-        "panicked holder's lock is freed",
-        Duration::from_secs(2),
-        || async { !check.is_locked(&key).await.unwrap() },
-    )
+    eventually("panicked holder's lock is freed", FREED_WITHIN, || async {
+        !check.is_locked(&key).await.unwrap()
+    })
     .await;
 
     let key = unique_key("cancelled");
@@ -195,11 +211,9 @@ async fn dropped_panicked_and_cancelled_holders_free_the_lock() {
     });
     held_rx.await.unwrap();
     task.abort();
-    eventually(
-        "cancelled holder's lock is freed",
-        Duration::from_secs(2),
-        || async { !check.is_locked(&key).await.unwrap() },
-    )
+    eventually("cancelled holder's lock is freed", FREED_WITHIN, || async {
+        !check.is_locked(&key).await.unwrap()
+    })
     .await;
 }
 
@@ -445,8 +459,12 @@ async fn cancelling_acquires_at_any_point_never_leaves_the_lock_held() {
     let fx = Fixture::single().await;
     let holder = fx.service(LONG_WATCHDOG).await;
     let other = fx.service(LONG_WATCHDOG).await;
+    let check = fx.service(LONG_WATCHDOG).await;
     let key = unique_key("cancel");
-    for round in 0u64..60 {
+    // Only some rounds cancel an acquire while its granting attempt is in flight (with the
+    // give-back disabled, the first such round came between round 9 and 79 in 8 runs): 300
+    // rounds, about a second.
+    for round in 0u64..300 {
         let guard = holder.lock(&key).await.unwrap();
         let (l, k) = (
             if round % 2 == 0 {
@@ -468,6 +486,15 @@ async fn cancelling_acquires_at_any_point_never_leaves_the_lock_held() {
         guard.release().await.unwrap();
         if let Some(g) = waiter.await.unwrap() {
             g.release().await.unwrap();
+        }
+        // A grant that reaches a cancelled acquire is given back in the background; without that
+        // it would stay held for the whole 30 s lease.
+        match check.lock(&key).wait(Duration::from_secs(2)).await {
+            Ok(g) => g.release().await.unwrap(),
+            Err(e) => panic!(
+                "round {round}: the lock is still held 2 s after the round (lease 30 s), so a \
+                 cancelled acquire kept a grant: {e}"
+            ),
         }
     }
     eventually(

@@ -12,7 +12,7 @@ use lock_tests::harness::unique_key;
 async fn processes_exclude_each_other_on_a_shared_counter() {
     let fx = Fixture::single().await;
     let (key, counter) = (unique_key("proc-excl"), unique_key("proc-counter"));
-    let url = fx.topo.url();
+    let url = fx.topo().url();
     let workers: Vec<Worker> = (0..4)
         .map(|_| Worker::spawn(&[&url, "counter", &key, &counter, "60"]))
         .collect();
@@ -36,7 +36,7 @@ async fn a_killed_holder_process_frees_the_lock_when_its_lease_runs_out() {
     let fx = Fixture::single().await;
     let locks = fx.service(Duration::from_secs(30)).await;
     let key = unique_key("kill-9");
-    let mut holder = Worker::spawn(&[&fx.topo.url(), "hold", &key, "1000"]);
+    let mut holder = Worker::spawn(&[&fx.topo().url(), "hold", &key, "1000"]);
     let held = holder.line(Duration::from_secs(10)).await;
     let fence: u64 = held.strip_prefix("held ").unwrap().parse().unwrap();
     let killed = Instant::now();
@@ -57,7 +57,7 @@ async fn a_killed_watchdog_holder_stops_renewing() {
     let locks = fx.service(Duration::from_secs(30)).await;
     let key = unique_key("kill-watchdog");
     // the holder renews with a 600 ms watchdog; once killed, nobody renews it
-    let mut holder = Worker::spawn(&[&fx.topo.url(), "hold", &key, "0", "600"]);
+    let mut holder = Worker::spawn(&[&fx.topo().url(), "hold", &key, "0", "600"]);
     holder.line(Duration::from_secs(10)).await;
     tokio::time::sleep(Duration::from_millis(1300)).await;
     assert!(
@@ -73,6 +73,37 @@ async fn a_killed_watchdog_holder_stops_renewing() {
         killed.elapsed()
     );
     guard.release().await.unwrap();
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_worker_outlives_the_thread_that_started_it() {
+    // PR_SET_PDEATHSIG fires when the thread that forked the child exits; workers are forked by
+    // the harness's spawner thread, so one started from a short-lived thread keeps running.
+    let fx = Fixture::single().await;
+    let key = unique_key("worker-thread");
+    let (url, k, rt) = (
+        fx.topo().url(),
+        key.clone(),
+        tokio::runtime::Handle::current(),
+    );
+    let mut holder = std::thread::spawn(move || {
+        let _rt = rt.enter();
+        Worker::spawn(&[&url, "hold", &k, "0"])
+    })
+    .join()
+    .unwrap();
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    assert!(
+        holder.is_running(),
+        "the worker died with the thread that started it"
+    );
+    assert!(
+        holder
+            .line(Duration::from_secs(10))
+            .await
+            .starts_with("held ")
+    );
+    holder.kill().await;
 }
 
 #[tokio::test]
@@ -153,7 +184,7 @@ async fn an_owner_across_processes_reenters_a_lock_held_by_another_process() {
     let fx = Fixture::single().await;
     let locks = fx.service(Duration::from_secs(30)).await;
     let key = unique_key("mesh");
-    let mut holder = Worker::spawn(&[&fx.topo.url(), "hold-as", &key, "op-1"]);
+    let mut holder = Worker::spawn(&[&fx.topo().url(), "hold-as", &key, "op-1"]);
     let fence: u64 = holder
         .line(Duration::from_secs(10))
         .await

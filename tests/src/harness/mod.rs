@@ -49,6 +49,23 @@ pub use proxy::{Faults, Proxy};
 pub use shared::{Kind, shared, unique_key};
 pub use topology::Topology;
 
+/// Starts `cmd` as a child process that the kernel SIGKILLs when this process exits, however it
+/// exits (panic, abort, SIGKILL on a test timeout), the way the harness starts its servers.
+///
+/// `PR_SET_PDEATHSIG` fires when the *thread* that forked the child exits, not the process, so
+/// the child is forked by the harness's spawner thread, which lives until the process exits; a
+/// child forked from a test or tokio thread would be killed as soon as that thread ends (a
+/// blocking-pool thread idles out, a runtime shuts down) or, without the signal, outlive a killed
+/// test. A parent that died before the signal was armed is detected too (`getppid` check), and the
+/// spawn fails then.
+///
+/// # Errors
+///
+/// The error of `Command::spawn`, or of `prctl` in the child.
+pub fn spawn_child(cmd: std::process::Command) -> std::io::Result<std::process::Child> {
+    process::spawn(cmd)
+}
+
 /// The processes a [`Topology`] runs.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
 pub enum Spec {

@@ -6,12 +6,20 @@ use std::process::Stdio;
 use std::time::{Duration, Instant};
 
 use lock_runtime::{LockConfig, LockService};
-use lock_tests::harness::{Kind, Spec, Topology, shared};
+use lock_tests::harness::{Kind, Spec, Topology, shared, spawn_child};
 use tokio::io::{AsyncBufReadExt, BufReader};
 
 /// A running topology and how to build lock services on it.
 pub struct Fixture {
-    pub topo: &'static Topology,
+    topo: Topo,
+}
+
+/// A topology shared by the tests of this binary, or one a fixture owns.
+enum Topo {
+    /// Lives until the process exits (see `harness::shared`).
+    Shared(&'static Topology),
+    /// Dropped with the fixture: its servers are killed and its directory removed then.
+    Owned(Topology),
 }
 
 impl Fixture {
@@ -22,37 +30,47 @@ impl Fixture {
     /// The topology of `kind` shared by the tests of this binary.
     pub async fn shared(kind: Kind) -> Fixture {
         Fixture {
-            topo: shared(kind).await,
+            topo: Topo::Shared(shared(kind).await),
         }
     }
 
-    /// A fixture on a topology of its own (for tests that kill or fail over nodes).
+    /// A fixture on a topology of its own (for tests that kill or fail over nodes). Its
+    /// processes and directory go away when the fixture is dropped, so declare it before the
+    /// services that use it (locals drop in reverse order).
     pub async fn own(spec: Spec) -> Fixture {
         Fixture {
-            topo: Box::leak(Box::new(Topology::start(spec).await)),
+            topo: Topo::Owned(Topology::start(spec).await),
+        }
+    }
+
+    /// The running topology.
+    pub fn topo(&self) -> &Topology {
+        match &self.topo {
+            Topo::Shared(topo) => topo,
+            Topo::Owned(topo) => topo,
         }
     }
 
     pub fn kind(&self) -> Kind {
-        self.topo.spec().kind()
+        self.topo().spec().kind()
     }
 
     /// The topology as a lock configuration.
     pub fn topology(&self) -> lock_runtime::Topology {
         match self.kind() {
             Kind::Single => lock_runtime::Topology::Single {
-                url: self.topo.url(),
+                url: self.topo().url(),
             },
             Kind::MasterReplicas => lock_runtime::Topology::MasterSlave {
-                master: self.topo.master_url(),
-                replicas: self.topo.replica_urls(),
+                master: self.topo().master_url(),
+                replicas: self.topo().replica_urls(),
             },
             Kind::Sentinel => lock_runtime::Topology::Sentinel {
-                master_name: self.topo.master_name().to_owned(),
-                sentinels: self.topo.sentinel_urls(),
+                master_name: self.topo().master_name().to_owned(),
+                sentinels: self.topo().sentinel_urls(),
             },
             Kind::Cluster => lock_runtime::Topology::Cluster {
-                nodes: self.topo.node_urls(),
+                nodes: self.topo().node_urls(),
             },
         }
     }
@@ -119,18 +137,18 @@ impl Fixture {
 
     /// A plain connection to the master (single, master-slave, sentinel's first master).
     pub fn redis(&self) -> redis::Connection {
-        self.topo.conn(self.topo.master_port())
+        self.topo().conn(self.topo().master_port())
     }
 
     /// An async connection for raw commands on any key of this topology.
     pub async fn raw(&self) -> Raw {
         match self.kind() {
             Kind::Cluster => {
-                let client = redis::cluster::ClusterClient::new(self.topo.node_urls()).unwrap();
+                let client = redis::cluster::ClusterClient::new(self.topo().node_urls()).unwrap();
                 Raw::Cluster(client.get_async_connection().await.unwrap())
             }
             Kind::Sentinel => {
-                let url = Topology::url_of(self.topo.current_master());
+                let url = Topology::url_of(self.topo().current_master());
                 Raw::Single(
                     redis::Client::open(url)
                         .unwrap()
@@ -140,7 +158,7 @@ impl Fixture {
                 )
             }
             _ => Raw::Single(
-                redis::Client::open(self.topo.master_url())
+                redis::Client::open(self.topo().master_url())
                     .unwrap()
                     .get_multiplexed_async_connection()
                     .await
@@ -199,21 +217,30 @@ pub async fn waiters_in_line(service: &LockService, key: &str, n: usize) {
     .await;
 }
 
-/// A `lock-worker` process (see src/bin/lock-worker.rs).
+/// A `lock-worker` process (see src/bin/lock-worker.rs). Killed (and reaped) when dropped.
 pub struct Worker {
-    child: tokio::process::Child,
+    child: std::process::Child,
     lines: tokio::io::Lines<BufReader<tokio::process::ChildStdout>>,
 }
 
 impl Worker {
+    /// Starts a worker; call it inside a tokio runtime (its stdout is read through the runtime).
+    ///
+    /// The worker must not outlive this process, also when the test is killed (a nextest
+    /// timeout, Ctrl-C): it gets `PR_SET_PDEATHSIG(SIGKILL)`. That signal follows the *thread*
+    /// that forked the child, so it is not set here with `pre_exec` on a command spawned from
+    /// the calling thread (a test thread, a runtime worker or a blocking-pool thread may exit
+    /// while the worker is still in use, and the kernel would then kill it); nor by the worker
+    /// itself after start (same thread problem). The worker is forked by the harness's spawner
+    /// thread, which lives until the process exits (`harness::spawn_child`, which also closes
+    /// the race of a parent dying before the signal is armed).
     pub fn spawn(args: &[&str]) -> Worker {
-        let mut child = tokio::process::Command::new(env!("CARGO_BIN_EXE_lock-worker"))
-            .args(args)
-            .stdout(Stdio::piped())
-            .kill_on_drop(true)
-            .spawn()
-            .expect("spawn lock-worker");
-        let lines = BufReader::new(child.stdout.take().unwrap()).lines();
+        let mut cmd = std::process::Command::new(env!("CARGO_BIN_EXE_lock-worker"));
+        cmd.args(args).stdin(Stdio::null()).stdout(Stdio::piped());
+        let mut child = spawn_child(cmd).expect("spawn lock-worker");
+        let stdout = tokio::process::ChildStdout::from_std(child.stdout.take().unwrap())
+            .expect("register the worker's stdout with the runtime");
+        let lines = BufReader::new(stdout).lines();
         Worker { child, lines }
     }
 
@@ -226,15 +253,45 @@ impl Worker {
             .expect("worker exited")
     }
 
+    /// `true` until the worker exits.
+    pub fn is_running(&mut self) -> bool {
+        matches!(self.child.try_wait(), Ok(None))
+    }
+
+    /// SIGKILLs the worker and reaps it.
     pub async fn kill(&mut self) {
-        self.child.kill().await.expect("kill worker");
+        self.child.kill().expect("kill worker");
+        self.exit_status(Duration::from_secs(10))
+            .await
+            .expect("a killed worker is reaped in time");
     }
 
     pub async fn success(mut self, within: Duration) -> bool {
-        tokio::time::timeout(within, self.child.wait())
+        self.exit_status(within)
             .await
             .expect("worker did not finish in time")
-            .expect("wait worker")
             .success()
+    }
+
+    /// Polls for the exit without blocking the runtime; `None` if still running after `within`.
+    async fn exit_status(&mut self, within: Duration) -> Option<std::process::ExitStatus> {
+        let deadline = Instant::now() + within;
+        loop {
+            if let Some(status) = self.child.try_wait().expect("wait worker") {
+                return Some(status);
+            }
+            if Instant::now() >= deadline {
+                return None;
+            }
+            tokio::time::sleep(Duration::from_millis(10)).await;
+        }
+    }
+}
+
+impl Drop for Worker {
+    fn drop(&mut self) {
+        // SIGKILL, then reap: a killed process exits at once, so the wait is short.
+        let _ = self.child.kill();
+        let _ = self.child.wait();
     }
 }
