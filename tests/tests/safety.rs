@@ -154,7 +154,7 @@ async fn a_hold_the_watchdog_found_gone_is_a_dead_generation() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn giving_back_an_attempt_that_never_ran_leaves_the_owners_hold_alone() {
     let fx = Fixture::own(Spec::Single).await;
-    let proxy = Proxy::start(Topology::addr_of(fx.topo.master_port())).await;
+    let proxy = Proxy::start(Topology::addr_of(fx.topo().master_port())).await;
     let a = fx.service(LONG).await;
     let b = LockService::connect(
         LockConfig::single(proxy.url()).with_response_timeout(Duration::from_secs(5)),
@@ -234,7 +234,7 @@ async fn an_acquire_that_timed_out_is_given_back_once_redis_answers() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_re_entry_whose_reply_was_lost_leaves_nothing_behind() {
     let fx = Fixture::own(Spec::Single).await;
-    let proxy = Proxy::start(Topology::addr_of(fx.topo.master_port())).await;
+    let proxy = Proxy::start(Topology::addr_of(fx.topo().master_port())).await;
     let a = LockService::connect(LockConfig::single(proxy.url()))
         .await
         .unwrap();
@@ -361,7 +361,7 @@ async fn one_broken_key_does_not_stop_the_renewal_of_the_others() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_partitioned_holder_learns_of_the_loss_before_anyone_else_gets_the_lock() {
     let fx = Fixture::own(Spec::Single).await;
-    let proxy = Proxy::start(Topology::addr_of(fx.topo.master_port())).await;
+    let proxy = Proxy::start(Topology::addr_of(fx.topo().master_port())).await;
     let watchdog = Duration::from_secs(1);
     let a = LockService::connect(
         LockConfig::single(proxy.url())
