@@ -187,6 +187,173 @@ async fn cluster_failover_after_master_kill_and_restart() {
     assert_eq!(topo.master_for_slot(0), new);
 }
 
+/// The ports named in a `CLUSTER SLOTS` reply (every node of every range).
+fn ports_in_cluster_slots(reply: &redis::Value) -> Vec<u16> {
+    let redis::Value::Array(ranges) = reply else {
+        panic!("CLUSTER SLOTS: {reply:?}");
+    };
+    let mut ports = Vec::new();
+    for range in ranges {
+        let redis::Value::Array(fields) = range else {
+            panic!("CLUSTER SLOTS range: {range:?}");
+        };
+        for node in &fields[2..] {
+            let redis::Value::Array(node) = node else {
+                panic!("CLUSTER SLOTS node: {node:?}");
+            };
+            match &node[1] {
+                redis::Value::Int(port) => ports.push(u16::try_from(*port).unwrap()),
+                other => panic!("CLUSTER SLOTS port: {other:?}"),
+            }
+        }
+    }
+    ports
+}
+
+/// The replica of `master` in a cluster with one replica per master.
+fn replica_of(topo: &Topology, master: u16) -> u16 {
+    topo.replica_ports()
+        .into_iter()
+        .find(|&r| {
+            let info: String = redis::cmd("INFO")
+                .arg("replication")
+                .query(&mut topo.conn(r))
+                .unwrap();
+            // a replica names its master by the address the master announces: its proxy
+            info.contains(&format!("master_port:{}", topo.proxy_for(master).port()))
+        })
+        .unwrap_or_else(|| panic!("no replica follows {master}"))
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn proxied_cluster_announces_its_proxies_and_clients_route_through_them() {
+    let started = Instant::now();
+    let topo = Topology::start(Spec::proxied_cluster()).await;
+    eprintln!("proxied cluster 3m+3r ready in {:?}", started.elapsed());
+    assert!(topo.is_proxied());
+    assert_eq!(topo.proxies().len(), 6);
+    assert_eq!(topo.proxied_node_urls().len(), 6);
+    let proxy_ports: HashSet<u16> = topo.proxies().iter().map(|p| p.port()).collect();
+    for (port, proxy) in topo.node_ports().into_iter().zip(topo.proxies()) {
+        assert_eq!(proxy.upstream().port(), port);
+        assert_eq!(topo.proxy_for(port).port(), proxy.port());
+        assert_ne!(proxy.port(), port);
+    }
+
+    // CLUSTER SLOTS and MOVED name the proxies; the harness still hands out real ports.
+    let some_node = topo.node_ports()[3];
+    let slots: redis::Value = redis::cmd("CLUSTER")
+        .arg("SLOTS")
+        .query(&mut topo.conn(some_node))
+        .unwrap();
+    // (replicas appear once the node has heard of their replication offset)
+    let named = ports_in_cluster_slots(&slots);
+    assert!(named.len() >= 3, "{slots:?}");
+    assert!(named.iter().all(|p| proxy_ports.contains(p)), "{named:?}");
+    let key = format!("{{{}}}", unique_key("harness:proxied"));
+    let owner = topo.master_for_slot(topo.key_slot(&key));
+    assert!(topo.node_ports().contains(&owner));
+    let replicas = topo.replica_ports();
+    let other = topo
+        .node_ports()
+        .into_iter()
+        .find(|p| *p != owner && !replicas.contains(p))
+        .unwrap();
+    let moved = topo.conn(other).set::<_, _, ()>(&key, 1).unwrap_err();
+    assert_eq!(
+        moved.redirect_node().map(|(addr, _)| addr.to_owned()),
+        Some(format!("127.0.0.1:{}", topo.proxy_for(owner).port())),
+        "{moved}"
+    );
+
+    // Replicas replicate through their master's proxy, spared from its faults: a write to the
+    // master reaches the replica while a drop is armed, and the drop stays armed.
+    let proxy = topo.proxy_for(owner);
+    assert_eq!(
+        proxy.replication_connections().len(),
+        1,
+        "one replica per master"
+    );
+    let replica = replica_of(&topo, owner);
+    proxy.drop_next_reply();
+    let _: () = topo
+        .conn(owner)
+        .set(format!("{key}:replicated"), 1)
+        .unwrap();
+    wait_for("the write reaches the replica", || {
+        let mut con = topo.conn(replica);
+        let _: () = redis::cmd("READONLY").query(&mut con).unwrap();
+        con.get::<_, Option<i64>>(format!("{key}:replicated"))
+            .unwrap()
+            .is_some()
+    });
+    assert_eq!(
+        proxy.replies_dropped(),
+        0,
+        "the replication stream lost a chunk"
+    );
+    proxy.heal();
+
+    // A cluster client seeded with the real ports routes through the proxies, so their faults
+    // reach it.
+    let before = proxy.accepted();
+    let client = redis::cluster::ClusterClientBuilder::new(topo.node_urls())
+        .retries(0)
+        .build()
+        .unwrap();
+    let mut cluster = client.get_async_connection().await.unwrap();
+    let _: () = redis::cmd("SET")
+        .arg(&key)
+        .arg("v")
+        .query_async(&mut cluster)
+        .await
+        .unwrap();
+    assert!(
+        proxy.accepted() > before,
+        "no connection through the owner's proxy"
+    );
+    proxy.drop_next_reply();
+    let lost = redis::cmd("INCR")
+        .arg(format!("{key}:n"))
+        .query_async::<i64>(&mut cluster)
+        .await;
+    assert!(lost.is_err(), "{lost:?}");
+    assert_eq!(proxy.replies_dropped(), 1);
+    let ran: i64 = topo.conn(owner).get(format!("{key}:n")).unwrap();
+    assert_eq!(ran, 1, "the server ran the command whose reply was lost");
+
+    // A restarted node keeps announcing its proxy.
+    let replica = topo.replica_ports()[0];
+    topo.restart(replica).await;
+    let nodes: String = redis::cmd("CLUSTER")
+        .arg("NODES")
+        .query(&mut topo.conn(replica))
+        .unwrap();
+    let myself = nodes.lines().find(|l| l.contains("myself")).unwrap();
+    assert!(
+        myself.contains(&format!("127.0.0.1:{}@", topo.proxy_for(replica).port())),
+        "{myself}"
+    );
+
+    // Dropping the topology closes the proxies too.
+    let pids: Vec<u32> = topo
+        .node_ports()
+        .iter()
+        .map(|&p| topo.pid(p).unwrap())
+        .collect();
+    drop(cluster);
+    drop(topo);
+    assert!(pids.iter().all(|&pid| process_dead(pid)));
+    let deadline = Instant::now() + DEADLINE;
+    while !proxy_ports.iter().all(|&p| port_free(p)) {
+        assert!(
+            Instant::now() < deadline,
+            "proxy ports still bound after the drop"
+        );
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
+}
+
 #[tokio::test]
 async fn single_kill_and_restart_on_the_same_port() {
     let topo = Topology::start(Spec::Single).await;

@@ -1,25 +1,57 @@
 //! Redis Cluster: nodes with an explicit `cluster-port`, joined by
 //! `redis-cli --cluster create ... --cluster-replicas N --cluster-yes`.
+//!
+//! A proxied cluster puts a [`Proxy`] in front of every node and has the node announce the
+//! proxy's port (`cluster-announce-ip`, `cluster-announce-port`) and its real bus port
+//! (`cluster-announce-bus-port`): `CLUSTER SLOTS`, `CLUSTER SHARDS`, `CLUSTER NODES` and
+//! `MOVED` / `ASK` redirects name the proxies, so every cluster client routes through them,
+//! while the nodes gossip with each other directly. The proxies are started once the nodes
+//! answer on their (final) ports and before the cluster is created; the nodes learn their
+//! announced ports with `CONFIG SET` and keep them in their config file for restarts. Replicas
+//! replicate through their master's proxy (they follow its announced address); the proxies
+//! spare those links from their faults ([`Proxy::spare_replication`]). The harness itself
+//! (readiness checks, raw connections) talks to the real ports and translates announced ports
+//! back to real ones ([`Announced`]); `redis-cli --cluster create` gets the real ports, and its
+//! final check follows the announced ones through the proxies.
 
+use std::collections::{HashMap, HashSet};
 use std::fs;
 use std::path::Path;
 use std::process::{Command, Stdio};
 use std::thread;
 use std::time::{Duration, Instant};
 
+use tokio::runtime::Handle;
+
+use super::Topology;
 use super::node::{Node, NodeKind};
 use super::process::{self, Program};
+use super::proxy::Proxy;
 use super::util;
 
 /// Number of hash slots in a Redis Cluster.
 pub(crate) const SLOTS: u16 = 16384;
 
-/// A started cluster: every node, and the ports of masters and replicas after `create`.
+/// The real port of each node of a proxied cluster by the port it announces (its proxy's);
+/// empty for a cluster whose nodes announce their real ports.
+pub(crate) type Announced = HashMap<u16, u16>;
+
+/// The [`Announced`] map of `proxies` (each in front of one node).
+pub(crate) fn announced(proxies: &[Proxy]) -> Announced {
+    proxies
+        .iter()
+        .map(|p| (p.port(), p.upstream().port()))
+        .collect()
+}
+
+/// A started cluster: every node, the ports of masters and replicas after `create`, and the
+/// proxies in front of the nodes (in the order of `nodes`; empty unless proxied).
 #[derive(Debug)]
 pub(crate) struct Started {
     pub(crate) nodes: Vec<Node>,
     pub(crate) masters: Vec<u16>,
     pub(crate) replicas: Vec<u16>,
+    pub(crate) proxies: Vec<Proxy>,
 }
 
 /// One line of `CLUSTER NODES`.
@@ -68,16 +100,27 @@ pub(crate) fn parse_nodes(text: &str) -> Vec<Entry> {
         .collect()
 }
 
-/// `CLUSTER NODES` as seen by the node on `port`.
-pub(crate) fn nodes(port: u16) -> Option<Vec<Entry>> {
+/// `CLUSTER NODES` as seen by the node on `port`, with the ports the nodes announce.
+fn announced_nodes(port: u16) -> Option<Vec<Entry>> {
     util::query::<String>(port, redis::cmd("CLUSTER").arg("NODES"))
         .ok()
         .map(|t| parse_nodes(&t))
 }
 
+/// `CLUSTER NODES` as seen by the node on `port`, with real ports (see [`Announced`]).
+pub(crate) fn nodes(port: u16, announced: &Announced) -> Option<Vec<Entry>> {
+    let mut entries = announced_nodes(port)?;
+    for entry in &mut entries {
+        if let Some(&real) = announced.get(&entry.port) {
+            entry.port = real;
+        }
+    }
+    Some(entries)
+}
+
 /// The master serving `slot` in the view of the node on `view`.
-pub(crate) fn slot_owner(view: u16, slot: u16) -> Option<u16> {
-    nodes(view)?
+pub(crate) fn slot_owner(view: u16, slot: u16, announced: &Announced) -> Option<u16> {
+    nodes(view, announced)?
         .into_iter()
         .find(|e| e.is_master() && e.serves(slot))
         .map(|e| e.port)
@@ -105,8 +148,8 @@ pub(crate) fn node_ok(port: u16, known: Option<usize>) -> bool {
 pub(crate) type SlotMap = Vec<(u16, Vec<(u16, u16)>)>;
 
 /// The [`SlotMap`] in the view of the node on `port`.
-pub(crate) fn slot_map(port: u16) -> Option<SlotMap> {
-    let mut map: Vec<_> = nodes(port)?
+pub(crate) fn slot_map(port: u16, announced: &Announced) -> Option<SlotMap> {
+    let mut map: Vec<_> = nodes(port, announced)?
         .into_iter()
         .filter(|e| e.is_master() && !e.slots.is_empty())
         .map(|e| (e.port, e.slots))
@@ -118,7 +161,7 @@ pub(crate) fn slot_map(port: u16) -> Option<SlotMap> {
 /// `true` when the node on `port` sees `masters` masters serving slots and `replicas` replicas:
 /// a replica reports `master_link_status:up` before every other node has heard of its new role.
 fn view_settled(port: u16, masters: usize, replicas: usize) -> bool {
-    nodes(port).is_some_and(|view| {
+    announced_nodes(port).is_some_and(|view| {
         let serving = view
             .iter()
             .filter(|e| e.is_master() && !e.slots.is_empty())
@@ -131,13 +174,57 @@ fn view_settled(port: u16, masters: usize, replicas: usize) -> bool {
     })
 }
 
+/// `true` when the node on `port` names every node by its announced port: exactly the ports in
+/// `announced` (a node a peer met by its real port is named by that until their first ping).
+fn announces_proxies(port: u16, announced: &Announced) -> bool {
+    announced_nodes(port).is_some_and(|view| {
+        let seen: HashSet<u16> = view.iter().map(|e| e.port).collect();
+        view.len() == announced.len() && seen.iter().all(|p| announced.contains_key(p))
+    })
+}
+
+/// Puts a proxy in front of `node` and has the node announce it (see the module docs): now
+/// with `CONFIG SET`, and in its config file for restarts.
+fn proxy_node(node: &mut Node, runtime: &Handle) -> Proxy {
+    let proxy = Proxy::start_in(runtime, Topology::addr_of(node.port));
+    // replicas reach their master at the address it announces: through this proxy
+    proxy.spare_replication(true);
+    let bus = node
+        .bus_port
+        .unwrap_or_else(|| panic!("cluster node {} has no bus port", node.port));
+    let settings = [
+        ("cluster-announce-ip", "127.0.0.1".to_owned()),
+        ("cluster-announce-port", proxy.port().to_string()),
+        ("cluster-announce-bus-port", bus.to_string()),
+    ];
+    let mut set = redis::cmd("CONFIG");
+    set.arg("SET");
+    let mut lines = String::new();
+    for (name, value) in &settings {
+        set.arg(name).arg(value);
+        lines.push_str(&format!("{name} {value}\n"));
+    }
+    node.append_conf(&lines);
+    if let Err(e) = util::query::<()>(node.port, &set) {
+        panic!(
+            "cluster node {}: cannot announce its proxy (CONFIG SET {settings:?}): {e}\n{}",
+            node.port,
+            node.log_tail(15)
+        );
+    }
+    proxy
+}
+
 /// Starts `masters * (1 + replicas_per_master)` nodes, creates the cluster and waits until every
-/// node reports `cluster_state:ok` with all slots ok and all replicas are linked.
+/// node reports `cluster_state:ok` with all slots ok and all replicas are linked. With
+/// `proxied`, every node gets a [`Proxy`] on that runtime and announces it, and the cluster is
+/// ready once every node names all nodes by their proxies' ports.
 pub(crate) fn start(
     root: &Path,
     masters: usize,
     replicas_per_master: usize,
     node_timeout_ms: u64,
+    proxied: Option<&Handle>,
     timeout: Duration,
 ) -> Started {
     assert!(
@@ -160,11 +247,21 @@ pub(crate) fn start(
     for node in &mut all {
         node.wait_up(timeout, true);
     }
+    // the nodes' ports are final now (a node whose port was taken moved in `wait_up`)
+    let proxies: Vec<Proxy> = match proxied {
+        Some(runtime) => all.iter_mut().map(|n| proxy_node(n, runtime)).collect(),
+        None => Vec::new(),
+    };
+    let announced = announced(&proxies);
     create(root, &all, replicas_per_master, timeout);
     let replicas = masters * replicas_per_master;
     let ready = util::poll_until(timeout, || {
         all.iter()
-            .all(|n| node_ok(n.port, Some(total)) && view_settled(n.port, masters, replicas))
+            .all(|n| {
+                node_ok(n.port, Some(total))
+                    && view_settled(n.port, masters, replicas)
+                    && (proxies.is_empty() || announces_proxies(n.port, &announced))
+            })
             .then_some(())
     });
     if ready.is_err() {
@@ -174,15 +271,17 @@ pub(crate) fn start(
                 (
                     n.port,
                     util::cluster_info(n.port).and_then(|mut i| i.remove("cluster_state")),
+                    announced_nodes(n.port).map(|v| v.iter().map(|e| e.port).collect::<Vec<_>>()),
                 )
             })
             .collect();
         panic!(
-            "cluster did not become ready within {timeout:?}: cluster_state per node {states:?}\n{}",
+            "cluster did not become ready within {timeout:?}: (port, cluster_state, ports it \
+             names) per node {states:?}; proxies (port -> node) {announced:?}\n{}",
             all.iter().map(|n| n.log_tail(15)).collect::<String>()
         );
     }
-    let view = nodes(all[0].port).unwrap_or_default();
+    let view = nodes(all[0].port, &announced).unwrap_or_default();
     let mut master_ports: Vec<u16> = view
         .iter()
         .filter(|e| e.is_master())
@@ -207,6 +306,7 @@ pub(crate) fn start(
         nodes: all,
         masters: master_ports,
         replicas: replica_ports,
+        proxies,
     }
 }
 

@@ -12,6 +12,9 @@
 //!
 //! A [`Proxy`] in front of a node ([`Topology::addr_of`]) injects network faults between a
 //! client and that node: latency, a lost reply on a reset connection, a partition, resets.
+//! A proxied cluster ([`Spec::proxied_cluster`]) has one in front of every node, announced by
+//! the node, so that cluster clients reach the nodes only through them
+//! ([`Topology::proxy_for`]).
 //!
 //! ```no_run
 //! use lock_tests::harness::{Spec, Topology};
@@ -89,6 +92,22 @@ pub enum Spec {
     },
     /// A Redis Cluster of `masters` masters (at least 3), each with `replicas_per_master`
     /// replicas.
+    ///
+    /// With `proxied`, every node has a [`Proxy`] in front of it and announces the proxy's port
+    /// (`cluster-announce-ip 127.0.0.1`, `cluster-announce-port`; its bus port stays the real
+    /// one, `cluster-announce-bus-port`, so the nodes gossip directly): `CLUSTER SLOTS`,
+    /// `CLUSTER SHARDS`, `CLUSTER NODES` and `MOVED` / `ASK` name the proxies, and a cluster
+    /// client, whatever seeds it gets (real ports or [`Topology::proxied_node_urls`]), sends
+    /// every routed command through them. Faults go on [`Topology::proxy_for`]. Replicas
+    /// replicate through their master's proxy too (they follow the announced address), but
+    /// its faults spare those links ([`Proxy::spare_replication`]).
+    ///
+    /// Ports the harness hands out (`node_ports`, `master_for_slot`, ...) stay the real ones,
+    /// and the harness's readiness checks and [`Topology::conn`] use them: a raw connection to
+    /// a real port bypasses the faults. `redis-cli --cluster create` is given the real ports
+    /// (its final check follows the announced ones). The proxies run on the runtime that
+    /// started the topology (see [`Topology::start`]). A killed node looks different through
+    /// its proxy: connections are accepted, then reset, instead of refused.
     Cluster {
         /// Number of masters; the slots are split evenly between them.
         masters: usize,
@@ -96,6 +115,8 @@ pub enum Spec {
         replicas_per_master: usize,
         /// `cluster-node-timeout`; a killed master is replaced after about 1.5 times this.
         node_timeout_ms: u64,
+        /// Put a [`Proxy`] in front of every node and announce it.
+        proxied: bool,
     },
 }
 
@@ -121,6 +142,18 @@ impl Spec {
             masters: 3,
             replicas_per_master: 1,
             node_timeout_ms: 2000,
+            proxied: false,
+        }
+    }
+
+    /// [`Spec::cluster`] with a [`Proxy`] in front of every node, announced by the node (see
+    /// [`Spec::Cluster`]).
+    pub const fn proxied_cluster() -> Spec {
+        Spec::Cluster {
+            masters: 3,
+            replicas_per_master: 1,
+            node_timeout_ms: 2000,
+            proxied: true,
         }
     }
 

@@ -114,6 +114,13 @@ impl Node {
             .unwrap_or_else(|e| panic!("cannot write {}: {e}", self.conf.display()));
     }
 
+    /// Appends config lines and rewrites the config file, for the next start of the process
+    /// (the running one is told with `CONFIG SET`, see the cluster's proxies).
+    pub(crate) fn append_conf(&mut self, lines: &str) {
+        self.extra_conf.push_str(lines);
+        self.write_conf();
+    }
+
     fn spawn(&mut self) {
         self.log_offset = fs::metadata(self.dir.join("log")).map_or(0, |m| m.len());
         let program = match self.kind {

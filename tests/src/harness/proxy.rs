@@ -3,13 +3,14 @@
 
 use std::collections::HashMap;
 use std::net::{Ipv4Addr, SocketAddr};
-use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
 use std::time::Duration;
 
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::tcp::{ReadHalf, WriteHalf};
 use tokio::net::{TcpListener, TcpStream};
+use tokio::runtime::Handle;
 use tokio::sync::{Notify, mpsc, watch};
 use tokio::task::{JoinHandle, JoinSet};
 use tokio::time::Instant;
@@ -24,6 +25,9 @@ const QUEUE: usize = 64;
 
 /// Pause after a failed `accept` (e.g. out of file descriptors) before trying again.
 const ACCEPT_BACKOFF: Duration = Duration::from_millis(10);
+
+/// Request chunks at the start of a connection searched for a replica's handshake.
+const HANDSHAKE_CHUNKS: usize = 8;
 
 /// The fault settings of a [`Proxy`] that apply to every connection, as
 /// [`Proxy::faults`] reports them.
@@ -63,6 +67,11 @@ impl Faults {
 /// | [`Proxy::blackhole`] | a partition: bytes in both directions are discarded, connections stay open and new ones are accepted, nothing flows |
 /// | [`Proxy::pause`], [`Proxy::resume`] | nothing is delivered, but nothing is lost either: the bytes are delivered on resume |
 /// | [`Proxy::reset_all`], [`Proxy::reset`] | connections are closed with a TCP reset on both sides |
+///
+/// A proxy in front of a master that its replicas reach through the proxy too (a proxied
+/// cluster: replicas follow the address the master announces) can spare their replication
+/// links ([`Proxy::spare_replication`]): the faults switched for the whole proxy then hit
+/// clients only, not the replication stream.
 ///
 /// The proxy sees bytes, not commands. It forwards what one `read` from a socket returns (at
 /// most 16 KiB) as one *chunk*, and the reply faults act on chunks. With one command in flight
@@ -104,6 +113,8 @@ struct Shared {
     faults: watch::Sender<Faults>,
     /// Replies to drop on whichever connection delivers one first.
     drops_armed: AtomicUsize,
+    /// Faults switched for the whole proxy leave replication links alone.
+    spare_replication: AtomicBool,
     accepted: AtomicU64,
     replies_dropped: AtomicU64,
     /// Open connections by index.
@@ -127,6 +138,8 @@ struct Conn {
     reset: Notify,
     /// Replies to drop on this connection.
     drops_armed: AtomicUsize,
+    /// The connection began with a replica's handshake (`REPLCONF`).
+    replication: AtomicBool,
     /// Its sender lives as long as the connection task; closed once both sockets are.
     done: watch::Receiver<()>,
 }
@@ -189,25 +202,44 @@ impl Proxy {
     /// If `upstream` is not a loopback address, if no port can be bound, or outside a tokio
     /// runtime.
     pub async fn start(upstream: SocketAddr) -> Proxy {
+        Proxy::start_in(&Handle::current(), upstream)
+    }
+
+    /// [`Proxy::start`] on the runtime of `handle`, for blocking code (the harness starts the
+    /// proxies of a proxied cluster on tokio's blocking pool). The listener is bound before
+    /// this returns, so the port is the proxy's from then on.
+    ///
+    /// # Panics
+    ///
+    /// As [`Proxy::start`].
+    pub(crate) fn start_in(handle: &Handle, upstream: SocketAddr) -> Proxy {
         assert!(
             upstream.ip().is_loopback(),
             "the proxy only forwards to loopback addresses, not {upstream}"
         );
-        let listener = TcpListener::bind((Ipv4Addr::LOCALHOST, 0))
-            .await
+        let listener = std::net::TcpListener::bind((Ipv4Addr::LOCALHOST, 0))
             .unwrap_or_else(|e| panic!("proxy: cannot bind 127.0.0.1:0: {e}"));
+        listener
+            .set_nonblocking(true)
+            .unwrap_or_else(|e| panic!("proxy: cannot make the listener non-blocking: {e}"));
         let addr = listener
             .local_addr()
             .unwrap_or_else(|e| panic!("proxy: no local address: {e}"));
+        let listener = {
+            let _runtime = handle.enter();
+            TcpListener::from_std(listener)
+                .unwrap_or_else(|e| panic!("proxy: cannot register the listener: {e}"))
+        };
         let shared = Arc::new(Shared {
             upstream,
             faults: watch::Sender::new(Faults::default()),
             drops_armed: AtomicUsize::new(0),
+            spare_replication: AtomicBool::new(false),
             accepted: AtomicU64::new(0),
             replies_dropped: AtomicU64::new(0),
             conns: Mutex::new(HashMap::new()),
         });
-        let acceptor = tokio::spawn(accept_loop(listener, Arc::clone(&shared)));
+        let acceptor = handle.spawn(accept_loop(listener, Arc::clone(&shared)));
         Proxy {
             addr,
             shared,
@@ -300,6 +332,30 @@ impl Proxy {
         self.shared.faults.send_modify(|f| f.paused = false);
     }
 
+    /// Spares replication links (on) or not (off, the default) from the faults switched for the
+    /// whole proxy: latency, [`Proxy::drop_next_reply`], [`Proxy::blackhole`],
+    /// [`Proxy::pause`] and [`Proxy::reset_all`]. A replication link is a connection whose
+    /// first requests hold a replica's `REPLCONF` (a replica's `PING` before it is still a
+    /// client's). Faults aimed at one connection by index ([`Proxy::drop_next_reply_on`],
+    /// [`Proxy::reset`]) still apply.
+    pub fn spare_replication(&self, on: bool) {
+        self.shared.spare_replication.store(on, Ordering::SeqCst);
+    }
+
+    /// Indexes of the open connections recognised as replication links (see
+    /// [`Proxy::spare_replication`]), in ascending order.
+    pub fn replication_connections(&self) -> Vec<usize> {
+        let mut links: Vec<usize> = self
+            .shared
+            .conns()
+            .iter()
+            .filter(|(_, c)| c.replication.load(Ordering::SeqCst))
+            .map(|(&i, _)| i)
+            .collect();
+        links.sort_unstable();
+        links
+    }
+
     /// Clears every fault: no latency, no partition, not paused, no armed drop.
     pub fn heal(&self) {
         self.shared.faults.send_replace(Faults::default());
@@ -311,9 +367,16 @@ impl Proxy {
 
     /// Resets every open connection (a TCP reset to the client and to the server) and waits
     /// until their sockets are closed. Returns how many connections were reset. The listener
-    /// keeps accepting.
+    /// keeps accepting. Spared replication links stay open (see [`Proxy::spare_replication`]).
     pub async fn reset_all(&self) -> usize {
-        let conns: Vec<Arc<Conn>> = self.shared.conns().values().cloned().collect();
+        let spare = self.shared.spare_replication.load(Ordering::SeqCst);
+        let conns: Vec<Arc<Conn>> = self
+            .shared
+            .conns()
+            .values()
+            .filter(|c| !(spare && c.replication.load(Ordering::SeqCst)))
+            .cloned()
+            .collect();
         for conn in &conns {
             conn.reset.notify_one();
         }
@@ -375,6 +438,7 @@ async fn accept_loop(listener: TcpListener, shared: Arc<Shared>) {
                     let conn = Arc::new(Conn {
                         reset: Notify::new(),
                         drops_armed: AtomicUsize::new(0),
+                        replication: AtomicBool::new(false),
                         done: done_rx,
                     });
                     shared.conns().insert(index, Arc::clone(&conn));
@@ -449,14 +513,31 @@ struct Link<'a> {
 }
 
 impl Link<'_> {
-    /// Uses up an armed drop of this connection, else one of the proxy, and counts it.
+    /// `true` when the faults switched for the whole proxy leave this connection alone.
+    fn spared(&self) -> bool {
+        self.shared.spare_replication.load(Ordering::SeqCst)
+            && self.conn.replication.load(Ordering::SeqCst)
+    }
+
+    /// The faults that apply to this connection now.
+    fn faults(&self) -> Faults {
+        if self.spared() {
+            Faults::default()
+        } else {
+            *self.shared.faults.borrow()
+        }
+    }
+
+    /// Uses up an armed drop of this connection, else one of the proxy (unless spared), and
+    /// counts it.
     fn take_armed_drop(&self) -> bool {
         let take = |armed: &AtomicUsize| {
             armed
                 .fetch_update(Ordering::SeqCst, Ordering::SeqCst, |n| n.checked_sub(1))
                 .is_ok()
         };
-        let taken = take(&self.conn.drops_armed) || take(&self.shared.drops_armed);
+        let taken =
+            take(&self.conn.drops_armed) || (!self.spared() && take(&self.shared.drops_armed));
         if taken {
             self.shared.replies_dropped.fetch_add(1, Ordering::SeqCst);
         }
@@ -480,12 +561,24 @@ async fn read_chunks(
     link: Link<'_>,
 ) -> Result<(), Stop> {
     let mut buf = vec![0; CHUNK];
+    let mut handshake = if dir == Dir::Request {
+        HANDSHAKE_CHUNKS
+    } else {
+        0
+    };
     loop {
         let n = src.read(&mut buf).await.map_err(|_| Stop::Io)?;
         if n == 0 {
             return Ok(());
         }
-        let faults = *link.shared.faults.borrow();
+        if handshake > 0 {
+            handshake -= 1;
+            if is_replica_handshake(&buf[..n]) {
+                link.conn.replication.store(true, Ordering::SeqCst);
+                handshake = 0;
+            }
+        }
+        let faults = link.faults();
         if faults.blackhole {
             continue;
         }
@@ -513,16 +606,44 @@ async fn deliver(
         if chunk.due > Instant::now() {
             tokio::time::sleep_until(chunk.due).await;
         }
-        // The sender lives in `Shared`, which outlives this task: `wait_for` cannot fail.
-        let _ = faults.wait_for(|f| !f.paused).await;
-        if faults.borrow().blackhole {
-            continue;
+        if !link.spared() {
+            // The sender lives in `Shared`, which outlives this task: `wait_for` cannot fail.
+            let _ = faults.wait_for(|f| !f.paused).await;
+            if faults.borrow().blackhole {
+                continue;
+            }
         }
         if dir == Dir::Reply && link.take_armed_drop() {
             return Err(Stop::ReplyDropped);
         }
         dst.write_all(&chunk.bytes).await.map_err(|_| Stop::Io)?;
     }
-    let _ = faults.wait_for(|f| !f.paused && !f.blackhole).await;
+    if !link.spared() {
+        let _ = faults.wait_for(|f| !f.paused && !f.blackhole).await;
+    }
     dst.shutdown().await.map_err(|_| Stop::Io)
+}
+
+/// `true` when request bytes hold a replica's `REPLCONF` (sent after its `PING`, before
+/// `PSYNC`, in every replication handshake).
+fn is_replica_handshake(bytes: &[u8]) -> bool {
+    const REPLCONF: &[u8] = b"REPLCONF";
+    bytes
+        .windows(REPLCONF.len())
+        .any(|w| w.eq_ignore_ascii_case(REPLCONF))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::is_replica_handshake;
+
+    #[test]
+    fn recognises_a_replica_handshake() {
+        assert!(is_replica_handshake(
+            b"*3\r\n$8\r\nREPLCONF\r\n$14\r\nlistening-port\r\n$4\r\n7001\r\n"
+        ));
+        assert!(is_replica_handshake(b"*1\r\n$8\r\nreplconf\r\n"));
+        assert!(!is_replica_handshake(b"*1\r\n$4\r\nPING\r\n"));
+        assert!(!is_replica_handshake(b"*2\r\n$3\r\nGET\r\n$4\r\nREPL\r\n"));
+    }
 }

@@ -78,7 +78,7 @@ impl Topology {
         self.inner
             .running(NodeKind::Server)
             .into_iter()
-            .find_map(|p| cluster::slot_owner(p, slot))
+            .find_map(|p| cluster::slot_owner(p, slot, &self.inner.announced))
             .unwrap_or_else(|| panic!("no cluster node reports a master for slot {slot}"))
     }
 
@@ -93,11 +93,13 @@ impl Topology {
         blocking(move || {
             let found = util::poll_until(timeout, || {
                 let running = inner.running(NodeKind::Server);
-                let owner = cluster::slot_owner(*running.first()?, slot)?;
+                let announced = &inner.announced;
+                let owner = cluster::slot_owner(*running.first()?, slot, announced)?;
                 let healed = owner != old
                     && util::role(owner).as_deref() == Some("master")
                     && running.iter().all(|&p| {
-                        cluster::node_ok(p, None) && cluster::slot_owner(p, slot) == Some(owner)
+                        cluster::node_ok(p, None)
+                            && cluster::slot_owner(p, slot, announced) == Some(owner)
                     });
                 healed.then_some(owner)
             });

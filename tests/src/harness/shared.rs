@@ -93,7 +93,7 @@ extern "C" fn shutdown_shared() {
     for cell in &SHARED {
         if let Some(topology) = cell.get() {
             // Never unwind into C.
-            let _ = std::panic::catch_unwind(|| topology.shutdown());
+            let _ = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| topology.shutdown()));
         }
     }
 }

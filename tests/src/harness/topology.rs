@@ -8,6 +8,7 @@ use std::time::Instant;
 use tempfile::TempDir;
 
 use super::node::{Node, NodeKind};
+use super::proxy::Proxy;
 use super::{Spec, cluster, replication, sentinel, shared, util};
 
 /// Running Redis processes started from a [`Spec`]. Dropping it SIGKILLs and reaps every process
@@ -29,6 +30,11 @@ pub(super) struct Inner {
     replicas: Vec<u16>,
     servers: Vec<u16>,
     pub(super) sentinels: Vec<u16>,
+    /// The proxies in front of the data nodes of a proxied cluster, in the order of `servers`
+    /// (empty otherwise). Dropped after the processes are killed (`Drop for Inner`).
+    proxies: Vec<Proxy>,
+    /// Real port by announced (proxy) port; empty unless proxied.
+    pub(super) announced: cluster::Announced,
     state: Mutex<State>,
 }
 
@@ -54,6 +60,10 @@ impl Topology {
     /// Starts the processes of `spec` and waits until the topology is ready. The blocking work
     /// runs on tokio's blocking pool.
     ///
+    /// A proxied cluster ([`Spec::Cluster`] with `proxied`) runs its proxies on the current
+    /// runtime: use it within that runtime only (it cannot be [`shared`](super::shared) between
+    /// tests with runtimes of their own).
+    ///
     /// # Panics
     ///
     /// If a binary is missing (the message says to run `scripts/test.sh`), or the topology is
@@ -67,11 +77,13 @@ impl Topology {
     ///
     /// # Panics
     ///
-    /// As [`Topology::start`].
+    /// As [`Topology::start`]; for a proxied cluster also outside a tokio runtime (the proxies
+    /// need one; call it from `spawn_blocking` or a thread that entered the runtime).
     pub fn start_blocking(spec: Spec) -> Topology {
         let dir = shared::temp_root();
         let root = dir.path().to_path_buf();
         let timeout = util::ready_timeout();
+        let mut proxies = Vec::new();
         let (servers, sentinels, master, replicas) = match spec {
             Spec::Single => {
                 let nodes = replication::start(&root, 0, timeout);
@@ -104,14 +116,25 @@ impl Topology {
                 masters,
                 replicas_per_master,
                 node_timeout_ms,
+                proxied,
             } => {
+                let runtime = proxied.then(|| {
+                    tokio::runtime::Handle::try_current().unwrap_or_else(|_| {
+                        panic!(
+                            "a proxied cluster runs its proxies on a tokio runtime: start it \
+                             with Topology::start from async code"
+                        )
+                    })
+                });
                 let c = cluster::start(
                     &root,
                     masters,
                     replicas_per_master,
                     node_timeout_ms,
+                    runtime.as_ref(),
                     timeout,
                 );
+                proxies = c.proxies;
                 (c.nodes, Vec::new(), c.masters[0], c.replicas)
             }
         };
@@ -122,6 +145,8 @@ impl Topology {
                 replicas,
                 servers: servers.iter().map(|n| n.port).collect(),
                 sentinels: sentinels.iter().map(|n| n.port).collect(),
+                announced: cluster::announced(&proxies),
+                proxies,
                 state: Mutex::new(State {
                     servers,
                     sentinels,
@@ -200,6 +225,48 @@ impl Topology {
         let mut all = self.inner.servers.clone();
         all.extend(&self.inner.sentinels);
         all
+    }
+
+    /// `true` for a proxied cluster ([`Spec::Cluster`] with `proxied`).
+    pub fn is_proxied(&self) -> bool {
+        !self.inner.proxies.is_empty()
+    }
+
+    /// The [`Proxy`] in front of the data node on `port` (its real port, as [`node_ports`],
+    /// [`master_for_slot`] and the role accessors give it) of a proxied cluster. Faults set on it
+    /// hit every client of that node: cluster clients reach the nodes only through the proxies
+    /// (see [`Spec::Cluster`]).
+    ///
+    /// [`node_ports`]: Topology::node_ports
+    /// [`master_for_slot`]: Topology::master_for_slot
+    ///
+    /// # Panics
+    ///
+    /// If this is not a proxied cluster or `port` is not one of its data nodes.
+    pub fn proxy_for(&self, port: u16) -> &Proxy {
+        self.inner
+            .proxies
+            .iter()
+            .find(|p| p.upstream().port() == port)
+            .unwrap_or_else(|| {
+                panic!(
+                    "no proxy in front of port {port} ({:?}; proxied nodes: {:?})",
+                    self.inner.spec, self.inner.servers
+                )
+            })
+    }
+
+    /// The proxies of a proxied cluster, in the order of [`Topology::node_ports`] (empty
+    /// otherwise).
+    pub fn proxies(&self) -> &[Proxy] {
+        &self.inner.proxies
+    }
+
+    /// `redis://127.0.0.1:PROXY_PORT` of every data node of a proxied cluster, in the order of
+    /// [`Topology::node_ports`]: the seed list a client that goes through the proxies from its
+    /// first connection on gets (empty unless proxied).
+    pub fn proxied_node_urls(&self) -> Vec<String> {
+        self.inner.proxies.iter().map(Proxy::url).collect()
     }
 
     /// `redis://127.0.0.1:PORT`.
@@ -356,12 +423,13 @@ impl Inner {
                     .into_iter()
                     .filter(|&p| p != port)
                     .collect();
+                let announced = &self.announced;
                 let settled = util::poll_until(left, || {
-                    let mine = cluster::slot_map(port)?;
+                    let mine = cluster::slot_map(port, announced)?;
                     let agreed = cluster::node_ok(port, None)
                         && others
                             .first()
-                            .is_none_or(|&o| cluster::slot_map(o) == Some(mine));
+                            .is_none_or(|&o| cluster::slot_map(o, announced) == Some(mine));
                     agreed.then_some(())
                 });
                 if settled.is_err() {
