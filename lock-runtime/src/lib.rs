@@ -54,11 +54,13 @@
 //! | mutual exclusion | every acquire / release runs in a Lua script; only the owner can release |
 //! | throughput | under load the acquires and releases of one service share script calls (one round trip and one script run for many) |
 //! | no deadlock | every lock has a lease: the one you give, or the watchdog's (renewed every third while held) |
-//! | reentrancy | per [`owner`]: a task-local scope, one per request in the web middleware |
+//! | reentrancy | along one call chain: calls inside a locked body re-enter its lock; concurrent children (`join!`) exclude each other (see [`owner`]) |
+//! | generations | every grant carries the id of the attempt that made it: stale guards never touch a newer grant, unknown outcomes are undone exactly |
+//! | loss detection | [`LockGuard::lost`] fires at the hold's validity deadline (lease from the send time of the last grant or renewal, less a drift margin), before Redis can grant the lock to anyone else |
 //! | fencing | [`LockGuard::fence`] strictly increases per key across grants |
 //! | fair waiting | waiters in one process line up in arrival order; releases hand the lock to the head in the same round trip; services waiting elsewhere get turns |
 //! | no polling | waiters sleep until a release message (one subscriber connection per service) or the lock's remaining lease |
-//! | cancellation | dropping a guard releases it in the background; a cancelled acquire gives back a late grant |
+//! | cancellation | dropping a guard releases it in the background; an acquire that was cancelled or whose reply never came is given back by its grant id |
 //!
 //! # Features
 //!
@@ -84,11 +86,12 @@
 //!
 //! # Data on Redis
 //!
-//! A lock `goods:42` with prefix `lock:` lives in the hash `lock:{goods:42}` (owner → hold
-//! count, plus the current fencing token), with `lock:{goods:42}:fence` (last token issued),
-//! `lock:{goods:42}:wq` (services waiting), `lock:{goods:42}:turn` (the service whose turn it
-//! is after a release) and the channel `lock:{goods:42}:ch`. The hash tag
-//! keeps them in one cluster slot; a key that already has a tag (`shop:{7}:x`) keeps its own.
+//! A lock `goods:42` with prefix `lock:` lives in the hash `lock:{goods:42}` (owner → the ids of
+//! its grants, plus the current fencing token), with `lock:{goods:42}:fence` (last token
+//! issued), `lock:{goods:42}:wq` (services waiting), `lock:{goods:42}:turn` (the service whose
+//! turn it is after a release) and the channel `lock:{goods:42}:ch`. The whole key is the hash
+//! tag, which keeps them in one cluster slot; `%`, `{`, `}` in a key are written `%25`, `%7B`,
+//! `%7D`, so no key can choose its slot or name another lock's keys.
 
 #[doc(hidden)]
 pub mod __private;

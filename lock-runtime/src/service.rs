@@ -346,7 +346,8 @@ impl fmt::Debug for LockRequest<'_> {
 pub struct LockInfo {
     /// The key as asked for.
     pub key: String,
-    /// The holder as stored on Redis (`<process instance>:<owner id>`), `None` when free.
+    /// The holder as stored on Redis (`<process instance>:<owner id>`; under the web
+    /// middleware the owner id is `<request id>#<n>`), `None` when free.
     pub holder: Option<String>,
     /// How many times the holder holds it, 0 when free: its grants on Redis (one per process
     /// holding it) plus, when the holder is in this service, its re-entries here.
