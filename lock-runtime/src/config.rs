@@ -100,7 +100,7 @@ pub enum DefaultWait {
 ///     .with_watchdog_timeout(Duration::from_secs(10));
 /// assert_eq!(config.prefix(), "shop:lock:");
 /// ```
-#[derive(Debug, Clone, PartialEq, Eq)]
+#[derive(Clone, PartialEq, Eq)]
 pub struct LockConfig {
     topology: Topology,
     username: Option<String>,
@@ -114,6 +114,47 @@ pub struct LockConfig {
     default_wait: DefaultWait,
     fence_idle_ttl: Option<Duration>,
     source: Option<PathBuf>,
+}
+
+/// Secrets stay out: the password shows as `***`, and so does one written into a URL.
+impl std::fmt::Debug for LockConfig {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        let urls = |urls: &[String]| -> Vec<String> {
+            urls.iter().map(|u| crate::backend::redacted(u)).collect()
+        };
+        let topology = match &self.topology {
+            Topology::Single { url } => {
+                format!("Single {{ url: {:?} }}", crate::backend::redacted(url))
+            }
+            Topology::Cluster { nodes } => format!("Cluster {{ nodes: {:?} }}", urls(nodes)),
+            Topology::Sentinel {
+                master_name,
+                sentinels,
+            } => format!(
+                "Sentinel {{ master_name: {master_name:?}, sentinels: {:?} }}",
+                urls(sentinels)
+            ),
+            Topology::MasterSlave { master, replicas } => format!(
+                "MasterSlave {{ master: {:?}, replicas: {:?} }}",
+                crate::backend::redacted(master),
+                urls(replicas)
+            ),
+        };
+        f.debug_struct("LockConfig")
+            .field("topology", &format_args!("{topology}"))
+            .field("username", &self.username)
+            .field("password", &self.password.as_ref().map(|_| "***"))
+            .field("connect_timeout", &self.connect_timeout)
+            .field("response_timeout", &self.response_timeout)
+            .field("sync_replicas", &self.sync_replicas)
+            .field("sync_timeout", &self.sync_timeout)
+            .field("prefix", &self.prefix)
+            .field("watchdog_timeout", &self.watchdog_timeout)
+            .field("default_wait", &self.default_wait)
+            .field("fence_idle_ttl", &self.fence_idle_ttl)
+            .field("source", &self.source)
+            .finish()
+    }
 }
 
 const DEFAULT_CONNECT_TIMEOUT: Duration = Duration::from_secs(3);

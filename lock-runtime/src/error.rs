@@ -22,6 +22,10 @@ pub enum ErrorKind {
     ReplicaSync,
     /// Redis could not be reached, answered with an error, or did not answer in time.
     Backend,
+    /// Redis refused the credentials (`WRONGPASS`, `NOAUTH`) or the user lacks a permission the
+    /// locks need (`NOPERM`): a configuration mistake, not retryable. The message names the
+    /// user, never the password.
+    Auth,
     /// The configuration is malformed: the message names the file, the field and what was
     /// expected.
     Config,
@@ -46,6 +50,7 @@ impl ErrorKind {
             ErrorKind::Lost => "lock lost",
             ErrorKind::ReplicaSync => "replica sync failed",
             ErrorKind::Backend => "backend error",
+            ErrorKind::Auth => "authentication failed",
             ErrorKind::Config => "configuration error",
             ErrorKind::NotInitialized => "not initialized",
             ErrorKind::InvalidKey => "invalid key",
@@ -127,8 +132,36 @@ impl LockError {
         }
     }
 
+    /// A Redis failure; refused credentials or permissions are [`ErrorKind::Auth`].
     pub(crate) fn backend(context: &str, err: redis::RedisError) -> Self {
-        LockError::new(ErrorKind::Backend, format!("{context}: {err}")).with_source(err)
+        let auth = err.kind() == redis::ErrorKind::AuthenticationFailed
+            || matches!(err.code(), Some("WRONGPASS" | "NOAUTH" | "NOPERM"))
+            || ["WRONGPASS", "NOAUTH", "NOPERM"]
+                .iter()
+                .any(|code| err.to_string().contains(code));
+        let kind = if auth {
+            ErrorKind::Auth
+        } else {
+            ErrorKind::Backend
+        };
+        LockError::new(kind, format!("{context}: {err}")).with_source(err)
+    }
+
+    /// Names the Redis user in an [`ErrorKind::Auth`] error (other errors pass unchanged).
+    pub(crate) fn naming_user(mut self, user: Option<&str>) -> Self {
+        if self.kind() == ErrorKind::Auth {
+            let who = match user {
+                Some(user) => format!("user `{user}`"),
+                None => "the default user".to_owned(),
+            };
+            let inner = &mut self.inner;
+            inner.message = format!(
+                "{} (as {who}; check redis.username / redis.password or $LOCK_REDIS_USERNAME / \
+                 $LOCK_REDIS_PASSWORD, and the user's ACL permissions)",
+                inner.message
+            );
+        }
+        self
     }
 
     pub(crate) fn config(message: impl Into<String>) -> Self {

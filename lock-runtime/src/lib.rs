@@ -119,7 +119,9 @@ pub use context::{Held, current_fence, current_lock_key};
 pub use error::{ErrorKind, LockError};
 pub use guard::LockGuard;
 pub use owner::OwnerId;
-pub use registry::{CONFIG_ENV, DEFAULT_CONFIG_FILE, global, init, init_from_file, try_global};
+pub use registry::{
+    CONFIG_ENV, DEFAULT_CONFIG_FILE, global, init, init_from_env, init_from_file, try_global,
+};
 pub use service::{LockInfo, LockRequest, LockService};
 
 /// Runs an async fn only while it holds a distributed lock; see the `lock-macros` crate docs.

@@ -81,6 +81,23 @@ pub async fn global() -> Result<&'static LockService, LockError> {
         .await
 }
 
+/// Sets up the process-wide service from `$LOCK_CONFIG`, else `./lock.toml` - what the first
+/// annotated call would do - and reports a missing or broken configuration or an unreachable
+/// Redis now. Call it at start-up, so that such a mistake stops the service from starting
+/// instead of failing every locked request later.
+///
+/// ```no_run
+/// # async fn demo() -> Result<(), lock_runtime::LockError> {
+/// lock_runtime::init_from_env().await?; // at start-up, before serving requests
+/// # Ok(()) }
+/// ```
+///
+/// # Errors
+/// As [`global`].
+pub async fn init_from_env() -> Result<&'static LockService, LockError> {
+    global().await
+}
+
 /// The process-wide lock service if it is set up, without loading anything.
 pub fn try_global() -> Option<&'static LockService> {
     GLOBAL.get()

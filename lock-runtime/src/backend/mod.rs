@@ -14,6 +14,8 @@ mod cluster;
 mod sentinel;
 mod single;
 
+pub(crate) use single::redacted;
+
 use std::future::Future;
 use std::time::Duration;
 
@@ -29,6 +31,8 @@ use crate::scripts::ScriptCall;
 pub(crate) struct Backend {
     conn: Conn,
     response_timeout: Duration,
+    /// Named in authentication errors.
+    username: Option<String>,
     /// `(replicas, timeout)` every grant must be acknowledged by.
     sync: Option<(u32, Duration)>,
 }
@@ -53,28 +57,34 @@ impl Backend {
         push: UnboundedSender<PushInfo>,
     ) -> Result<Backend, LockError> {
         let synced = config.sync_replicas() > 0;
-        let conn = match config.topology() {
-            Topology::Single { url } => {
-                Conn::Single(single::Single::connect(url, config, push, synced).await?)
-            }
-            Topology::MasterSlave { master, .. } => {
-                let single = single::Single::connect(master, config, push, synced).await?;
-                single.ensure_master(master).await?;
-                Conn::Single(single)
-            }
-            Topology::Sentinel {
-                master_name,
-                sentinels,
-            } => Conn::Sentinel(
-                sentinel::Sentinel::connect(master_name, sentinels, config, push).await?,
-            ),
-            Topology::Cluster { nodes } => {
-                Conn::Cluster(cluster::Cluster::connect(nodes, config, push).await?)
-            }
-        };
+        let user = config.username();
+        let conn = async {
+            Ok::<_, LockError>(match config.topology() {
+                Topology::Single { url } => {
+                    Conn::Single(single::Single::connect(url, config, push, synced).await?)
+                }
+                Topology::MasterSlave { master, .. } => {
+                    let single = single::Single::connect(master, config, push, synced).await?;
+                    single.ensure_master(master).await?;
+                    Conn::Single(single)
+                }
+                Topology::Sentinel {
+                    master_name,
+                    sentinels,
+                } => Conn::Sentinel(
+                    sentinel::Sentinel::connect(master_name, sentinels, config, push).await?,
+                ),
+                Topology::Cluster { nodes } => {
+                    Conn::Cluster(cluster::Cluster::connect(nodes, config, push).await?)
+                }
+            })
+        }
+        .await
+        .map_err(|e| e.naming_user(user))?;
         Ok(Backend {
             conn,
             response_timeout: config.response_timeout(),
+            username: user.map(str::to_owned),
             sync: synced.then(|| (config.sync_replicas(), config.sync_timeout())),
         })
     }
@@ -205,7 +215,8 @@ impl Backend {
     ) -> Result<T, LockError> {
         match tokio::time::timeout(self.response_timeout, call).await {
             Ok(Ok(value)) => Ok(value),
-            Ok(Err(e)) => Err(LockError::backend(&format!("redis {what} failed"), e)),
+            Ok(Err(e)) => Err(LockError::backend(&format!("redis {what} failed"), e)
+                .naming_user(self.username.as_deref())),
             Err(_) => Err(LockError::new(
                 ErrorKind::Backend,
                 format!(

@@ -49,8 +49,8 @@
 //! |---|---|---|
 //! | `Timeout` | 409 Conflict, `Retry-After: 1` | `lock_timeout` |
 //! | `Lost` | 503 Service Unavailable, `Retry-After: 1` | `lock_lost` |
-//! | `Backend`, `ReplicaSync`, `NotInitialized` | 503 Service Unavailable, `Retry-After: 1` | `lock_unavailable` |
-//! | anything else | 500 Internal Server Error | `lock_error` |
+//! | `Backend`, `ReplicaSync` | 503 Service Unavailable, `Retry-After: 1` | `lock_unavailable` |
+//! | anything else (`NotInitialized`, `Config`, `Auth`, `WouldDeadlock`, `InvalidKey`, ...): a mistake to fix, not to retry | 500 Internal Server Error | `lock_error` |
 //!
 //! ```json
 //! {"error":"lock_timeout","key":"goods:42","message":"could not acquire lock `goods:42` within 2.001s: it is held by another owner"}

@@ -54,7 +54,8 @@ impl Mapping {
                 "lock_lost",
                 format!("lock `{key}` was lost before the operation finished; try again"),
             ),
-            ErrorKind::Backend | ErrorKind::ReplicaSync | ErrorKind::NotInitialized => (
+            // NotInitialized, Config, Auth and the rest are mistakes to fix, not to retry: 500
+            ErrorKind::Backend | ErrorKind::ReplicaSync => (
                 503,
                 "lock_unavailable",
                 "the lock service is unavailable; try again later".to_owned(),
@@ -118,11 +119,7 @@ mod tests {
 
     #[test]
     fn unavailable_backends_and_lost_locks_are_503_without_details() {
-        for kind in [
-            ErrorKind::Backend,
-            ErrorKind::ReplicaSync,
-            ErrorKind::NotInitialized,
-        ] {
+        for kind in [ErrorKind::Backend, ErrorKind::ReplicaSync] {
             let e = LockError::new(kind, "connect to 10.0.0.7:6379: connection refused");
             assert_eq!(http_status(&e), 503, "{kind:?}");
             let body = http_body(&e);
@@ -142,8 +139,11 @@ mod tests {
         for kind in [
             ErrorKind::NotHeld,
             ErrorKind::Config,
+            ErrorKind::NotInitialized,
+            ErrorKind::Auth,
             ErrorKind::InvalidKey,
             ErrorKind::InvalidArgument,
+            ErrorKind::WouldDeadlock,
         ] {
             let source = std::io::Error::other("secret detail");
             let e = LockError::new(kind, "internal text").with_source(source);
