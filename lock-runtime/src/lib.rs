@@ -93,6 +93,8 @@
 //! tag, which keeps them in one cluster slot; `%`, `{`, `}` in a key are written `%25`, `%7B`,
 //! `%7D`, so no key can choose its slot or name another lock's keys.
 
+#![cfg_attr(docsrs, feature(doc_cfg))]
+
 #[doc(hidden)]
 pub mod __private;
 mod backend;
@@ -106,6 +108,7 @@ mod error;
 mod guard;
 mod local;
 #[cfg(any(feature = "tower", feature = "actix-web"))]
+#[cfg_attr(docsrs, doc(cfg(any(feature = "tower", feature = "actix-web"))))]
 pub mod middleware;
 mod notify;
 pub mod owner;
@@ -126,4 +129,5 @@ pub use service::{LockInfo, LockRequest, LockService};
 
 /// Runs an async fn only while it holds a distributed lock; see the `lock-macros` crate docs.
 #[cfg(feature = "macros")]
+#[cfg_attr(docsrs, doc(cfg(feature = "macros")))]
 pub use lock_macros::distributed_lock;

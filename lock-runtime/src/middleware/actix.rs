@@ -1,8 +1,8 @@
-//! actix-web middleware: each request in its own lock-owner scope.
+//! actix-web middleware: each request a call chain of its own, labelled with its request id.
 //!
-//! Wrap the app in [`OwnerScope`]; every `#[distributed_lock]` fn and
-//! [`LockService`](crate::LockService) call made while handling a request then acts as that
-//! request's owner. [`LockError`] implements [`ResponseError`] (409 for a lock timeout, 503
+//! Wrap the app in [`OwnerScope`]; the locks taken while handling a request are then held by
+//! owners that carry its request id (`<request id>#<n>`), which introspection and logs show;
+//! re-entry follows the call chain (see [`owner`](crate::owner)). [`LockError`] implements [`ResponseError`] (409 for a lock timeout, 503
 //! when Redis is unavailable; see the [parent module](super)), so handlers can return it or an
 //! error that converts it.
 //!

@@ -67,9 +67,11 @@ use std::fmt;
 use std::sync::Arc;
 
 #[cfg(feature = "actix-web")]
+#[cfg_attr(docsrs, doc(cfg(feature = "actix-web")))]
 pub mod actix;
 mod response;
 #[cfg(feature = "tower")]
+#[cfg_attr(docsrs, doc(cfg(feature = "tower")))]
 pub mod tower;
 
 pub use response::{http_body, http_status};

@@ -1,8 +1,9 @@
-//! Tower middleware (for axum and any tower stack): each request in its own lock-owner scope.
+//! Tower middleware (for axum and any tower stack): each request a call chain of its own,
+//! labelled with its request id.
 //!
-//! Add [`OwnerScopeLayer`] to the router; every `#[distributed_lock]` fn and
-//! [`LockService`](crate::LockService) call made while handling a request then acts as that
-//! request's owner. Return [`LockError`] (or your own error that converts it) from handlers:
+//! Add [`OwnerScopeLayer`] to the router; the locks taken while handling a request are then
+//! held by owners that carry its request id (`<request id>#<n>`), which introspection and logs
+//! show; re-entry follows the call chain (see [`owner`](crate::owner)). Return [`LockError`] (or your own error that converts it) from handlers:
 //! it implements axum's `IntoResponse` (409 for a lock timeout, 503 when Redis is unavailable;
 //! see the [parent module](super)).
 //!
