@@ -86,13 +86,15 @@ use proc_macro::TokenStream;
 /// | `on_lost` | `"fail"` or `"continue"`                    | `"fail"`                           |
 /// | `crate`   | path of the runtime crate, e.g. `"::deps::lock_runtime"` | `"::lock_runtime"`    |
 ///
-/// Every value is a string literal. Durations are a whole number and a unit, no spaces: `ms`,
-/// `s`, `m` or `h` (`"500ms"`, `"5s"`, `"2m"`, `"1h"`). Redis expires keys in milliseconds, so
-/// there is no smaller unit. A zero duration, an unknown unit and a value above `u64::MAX`
-/// milliseconds are compile errors.
+/// Every value is a string literal. Durations use the grammar of the config file: a number
+/// (fractions allowed) and a unit, no spaces: `ms`, `s`, `m`, `h` or `d` (`"500ms"`, `"1.5s"`,
+/// `"2m"`, `"1h"`, `"7d"`). Redis expires keys in milliseconds, so a duration must be a whole
+/// number of them. A zero lease, an unknown unit and a value above `u64::MAX` milliseconds are
+/// compile errors.
 ///
 /// - `wait`: how long the call waits for the lock. When it runs out the body does not run and
-///   the fn returns `Err(E::from(timeout error))`.
+///   the fn returns `Err(E::from(timeout error))`. `wait = "0s"` tries once: the scheduled-job
+///   pattern "run it here unless another instance already does".
 /// - `on_lost`: what happens when the lock is lost while the body runs (the watchdog found it
 ///   gone, or a fixed `lease` ran out). `"fail"` stops the body and returns
 ///   `Err(E::from(lost error))`; `"continue"` lets the body finish and logs a warning.
@@ -134,8 +136,9 @@ use proc_macro::TokenStream;
 /// __private::run_locked(__lock_spec, async move { /* body */ }).await
 /// ```
 ///
-/// `run_locked` acquires the lock through the global registry, runs the body inside the lock
-/// owner's task-local scope (so a nested annotated call on the same key re-enters) and releases
+/// `run_locked` acquires the lock through the global registry, runs the body as the locked body
+/// of the call chain (so a nested annotated call on the same key re-enters, while concurrent
+/// calls - also `join!`ed ones - exclude each other) and releases
 /// the lock after it, also on `?` early returns; a panic or a cancelled call releases in the
 /// background. `?` and `return` in the body behave as before. The fn's future is `Send` when
 /// it was `Send` without the attribute.

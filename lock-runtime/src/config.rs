@@ -477,26 +477,10 @@ impl<'de> Deserialize<'de> for ConfigTtl {
     }
 }
 
-/// Parses `"<digits><unit>"` with unit `ms`, `s`, `m`, `h` or `d`.
+/// Parses a duration with the grammar the attribute uses too (`lock-duration`): `"500ms"`,
+/// `"1.5s"`, `"2m"`, `"1h"`, `"7d"`.
 pub(crate) fn parse_duration(text: &str) -> Result<Duration, String> {
-    let expected = "expected a duration like \"500ms\", \"5s\", \"2m\", \"1h\" or \"7d\"";
-    let digits = text.bytes().take_while(u8::is_ascii_digit).count();
-    let (number, unit) = text.split_at(digits);
-    let number: u64 = number
-        .parse()
-        .map_err(|_| format!("{expected}, got {text:?}"))?;
-    let millis_per_unit = match unit {
-        "ms" => 1,
-        "s" => 1_000,
-        "m" => 60_000,
-        "h" => 3_600_000,
-        "d" => 86_400_000,
-        _ => return Err(format!("{expected}, got {text:?} (unknown unit {unit:?})")),
-    };
-    let millis = number
-        .checked_mul(millis_per_unit)
-        .ok_or_else(|| format!("{expected}, got {text:?} (too large)"))?;
-    Ok(Duration::from_millis(millis))
+    lock_duration::parse_millis(text).map(Duration::from_millis)
 }
 
 fn parse(text: &str, origin: &str, source: Option<PathBuf>) -> Result<LockConfig, LockError> {

@@ -9,7 +9,7 @@ impl From<LockError> for AppError {
     }
 }
 
-#[distributed_lock(key = "goods:<id>", wait = "0ms")]
+#[distributed_lock(key = "goods:<id>", lease = "0ms")]
 async fn decrease_stock(id: u64) -> Result<u64, AppError> {
     Ok(id)
 }
