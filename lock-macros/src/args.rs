@@ -71,6 +71,15 @@ fn parse_args(input: ParseStream<'_>) -> syn::Result<LockArgs> {
     let mut on_lost = Slot::new();
     let mut krate = Slot::new();
 
+    // A positional key, as lock4j users write it: `#[distributed_lock("goods:<id>", ..)]`.
+    if input.peek(LitStr) {
+        let value: LitStr = input.parse()?;
+        let name = Ident::new("key", value.span());
+        key.set(&name, || Ok(value))?;
+        if !input.is_empty() {
+            input.parse::<Token![,]>()?;
+        }
+    }
     while !input.is_empty() {
         // `parse_any` so that the keyword `crate` is read as an argument name.
         let name = input.call(Ident::parse_any)?;

@@ -96,6 +96,7 @@ impl KeyTemplate {
                 check_binding(placeholder, bindings).map_err(to_error)?;
             }
         }
+        check_foreign_placeholders(&lit.value(), &segments, bindings).map_err(to_error)?;
         Ok(Self { segments })
     }
 
@@ -257,6 +258,81 @@ fn check_binding(placeholder: &Placeholder, bindings: &Bindings) -> Result<(), T
         ),
         range: placeholder.range.clone(),
     })
+}
+
+/// Placeholders written in other libraries' syntax - `{id}` (the `format!` habit) and `#id` or
+/// `#{id}` (lock4j, Spring) - that name a parameter would silently be literal text, locking one
+/// constant key for every call: an error that says to write `<id>`. Braces and `#` that do not
+/// name a parameter stay literal text.
+fn check_foreign_placeholders(
+    key: &str,
+    segments: &[Segment],
+    bindings: &Bindings,
+) -> Result<(), TemplateError> {
+    let inside_placeholder = |at: usize| {
+        segments.iter().any(|s| match s {
+            Segment::Placeholder(p) => p.range.contains(&at),
+            Segment::Text(_) => false,
+        })
+    };
+    let binds = |path: &str| {
+        let root = path.split('.').next().unwrap_or("");
+        let root = root.strip_prefix("r#").unwrap_or(root);
+        !root.is_empty()
+            && if root == "self" {
+                bindings.has_self
+            } else {
+                bindings.names.iter().any(|n| n == root)
+            }
+    };
+    let path_len = |text: &str| {
+        text.find(|c: char| !(c.is_alphanumeric() || c == '_' || c == '.'))
+            .unwrap_or(text.len())
+    };
+    for (at, c) in key.char_indices() {
+        if inside_placeholder(at) {
+            continue;
+        }
+        let (written, path, end) = match c {
+            '{' => {
+                let inner = &key[at + 1..];
+                let len = path_len(inner);
+                if !inner[len..].starts_with('}') {
+                    continue;
+                }
+                (&key[at..at + len + 2], &inner[..len], at + len + 2)
+            }
+            '#' => {
+                let after = &key[at + 1..];
+                let braced = after.starts_with('{');
+                let inner = if braced { &after[1..] } else { after };
+                let len = path_len(inner);
+                if braced && !inner[len..].starts_with('}') {
+                    continue;
+                }
+                let end = at + 1 + usize::from(braced) * 2 + len;
+                (&key[at..end], &inner[..len], end)
+            }
+            _ => continue,
+        };
+        let path = path.trim_end_matches('.');
+        if binds(path) {
+            let syntax = if c == '{' {
+                "`format!`"
+            } else {
+                "lock4j/Spring"
+            };
+            return Err(TemplateError {
+                message: format!(
+                    "`{written}` is not a placeholder here ({syntax} syntax): it would lock the \
+                     same literal key for every call; write `<{path}>` to put the value of \
+                     `{path}` in the key (braces and `#` are literal text in a key)"
+                ),
+                range: at..end,
+            });
+        }
+    }
+    Ok(())
 }
 
 /// The span of `range` (byte offsets into the literal's value) inside `lit`, when the compiler
