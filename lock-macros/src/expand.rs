@@ -10,9 +10,15 @@ use crate::args::{LockArgs, OnLostArg};
 use crate::duration::WaitArg;
 use crate::key::{Bindings, KeyTemplate, respan};
 
-/// The one message for every return type the attribute cannot work with.
+/// The message for a missing return type.
 const RETURN_TYPE_MESSAGE: &str =
     "#[distributed_lock] fns must return Result<T, E> where E: From<lock_runtime::LockError>";
+
+/// The message for an `impl Trait` return type, which a lock error cannot be turned into.
+const IMPL_TRAIT_MESSAGE: &str = "#[distributed_lock] cannot turn a lock error into an `impl Trait` \
+     return type: return `Result<impl Trait, E>` with `E: From<lock_runtime::LockError>` \
+     (`LockError` itself is a response with the web features), or a concrete response type \
+     such as `axum::response::Response` or `actix_web::HttpResponse`";
 
 /// The environment variable that prints expansions to stderr: `1` for every annotated fn, or
 /// the name of one fn.
@@ -102,7 +108,7 @@ fn expand(args: TokenStream, function: &ItemFn) -> syn::Result<TokenStream> {
             "#[distributed_lock] can only be applied to an `async fn`; add `async` here",
         ));
     }
-    let result_type = errors.take(ResultType::of(&function.sig.output, &function.sig.ident));
+    let result_type = errors.take(Output::of(&function.sig.output, &function.sig.ident));
     let key = args
         .as_ref()
         .and_then(|args| errors.take(KeyTemplate::parse(&args.key, &Bindings::of(&function.sig))));
@@ -138,17 +144,33 @@ fn expand(args: TokenStream, function: &ItemFn) -> syn::Result<TokenStream> {
     // The error type is checked at one span, and `run_locked` (whose bound `E: From<LockError>`
     // fails at the same time) is called with that same span, so only one error is shown. An
     // error type written out is checked with `assert_error_type`; for an alias such as
-    // `io::Result<T>` a local helper names `E` by unifying it with the return type.
-    let ret = result_type.ret;
-    let (check_span, error_check, alias_check) = match result_type.error {
-        Some(error) if contains_impl_trait(error) => (type_span(error), None, None),
-        Some(error) => {
+    // `io::Result<T>` a local helper names `E` by unifying it with the return type. Any other
+    // return type (`AppResult<T>`, a web response) is checked as a whole with
+    // `assert_output_type` and run by `run_locked_output`.
+    let (ret, run_fn) = match &result_type {
+        Output::Result(result) => (result.ret, quote!(run_locked)),
+        Output::Other(ret) => (*ret, quote!(run_locked_output)),
+    };
+    let (check_span, error_check, alias_check) = match &result_type {
+        Output::Other(ret) => {
+            let span = type_span(ret);
+            let check = quote!(#private::assert_output_type::<#ret>(););
+            (span, Some(respan(check, span)), None)
+        }
+        Output::Result(ResultType {
+            error: Some(error), ..
+        }) if contains_impl_trait(error) => (type_span(error), None, None),
+        Output::Result(ResultType {
+            error: Some(error), ..
+        }) => {
             let span = type_span(error);
             let check = quote!(#private::assert_error_type::<#error>(););
             (span, Some(respan(check, span)), None)
         }
-        None => {
-            let span = result_type.name.span();
+        Output::Result(ResultType {
+            error: None, name, ..
+        }) => {
+            let span = name.span();
             let check = quote!(__lock_error_type(&__lock_ret););
             (span, None, Some(respan(check, span)))
         }
@@ -197,7 +219,7 @@ fn expand(args: TokenStream, function: &ItemFn) -> syn::Result<TokenStream> {
             #block
         }
     };
-    let run_locked = respan(quote!(#private::run_locked), check_span);
+    let run_locked = respan(quote!(#private::#run_fn), check_span);
     let run = quote_spanned!(check_span=> #run_locked(#spec_var, #body).await);
     Ok(quote! {
         #(#attrs)*
@@ -213,6 +235,55 @@ fn expand(args: TokenStream, function: &ItemFn) -> syn::Result<TokenStream> {
             #run
         }
     })
+}
+
+/// What an annotated fn returns.
+enum Output<'a> {
+    /// `…Result<T, E>` or a one-argument `…Result<T>` alias.
+    Result(ResultType<'a>),
+    /// Any other type: it must carry a lock error itself (`LockOutput`).
+    Other(&'a Type),
+}
+
+impl<'a> Output<'a> {
+    fn of(output: &'a ReturnType, name: &syn::Ident) -> syn::Result<Self> {
+        let ReturnType::Type(_, ret) = output else {
+            return Err(Error::new(name.span(), RETURN_TYPE_MESSAGE));
+        };
+        let mut inner: &Type = ret;
+        while let Type::Paren(paren) = inner {
+            inner = &paren.elem;
+        }
+        if let Type::ImplTrait(_) = inner {
+            return Err(Error::new_spanned(ret, IMPL_TRAIT_MESSAGE));
+        }
+        let named_result = match inner {
+            Type::Path(path) => path
+                .path
+                .segments
+                .last()
+                .is_some_and(|last| last.ident == "Result"),
+            _ => false,
+        };
+        if named_result && let Ok(result) = ResultType::of(output, name) {
+            if let Some(Type::Tuple(tuple)) = result.error {
+                // the orphan rule forbids `impl From<LockError> for (A, B)` in any crate
+                let written = quote!(#tuple).to_string();
+                return Err(Error::new_spanned(
+                    tuple,
+                    format!(
+                        "the error type `{written}` cannot carry a lock error: a tuple can never \
+                         implement `From<lock_runtime::LockError>`; return \
+                         `Result<T, lock_runtime::LockError>` (with the web features it answers \
+                         409 / 503 by itself) or an error type of your own with \
+                         `impl From<lock_runtime::LockError>`"
+                    ),
+                ));
+            }
+            return Ok(Output::Result(result));
+        }
+        Ok(Output::Other(ret))
+    }
 }
 
 /// The parts of a `Result<T, E>` return type the expansion needs.

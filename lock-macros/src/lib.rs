@@ -115,12 +115,18 @@ use proc_macro::TokenStream;
 ///
 /// - An `async fn` with a body: a free fn, a method with any receiver, generic, with
 ///   `impl Trait` or pattern parameters.
-/// - Its return type is `Result<T, E>` where `E: From<lock_runtime::LockError>`: acquisition
-///   errors (timeout, lost lock, backend errors) are returned through `E`. The return type is
-///   recognised by its last path segment, so `std::result::Result<T, E>` works, and so does a
-///   one-argument alias named `Result` such as `anyhow::Result<T>` or `io::Result<T>` (the
-///   `From` bound is then checked on the error type the alias names). Aliases under other
-///   names are not recognised.
+/// - Its return type can carry a lock error: acquisition errors (timeout, lost lock, backend
+///   errors) are returned through it.
+///   - `Result<T, E>` where `E: From<lock_runtime::LockError>` (also `std::result::Result`,
+///     and one-argument aliases such as `anyhow::Result<T>` or `io::Result<T>`: the bound is
+///     checked on the error type, at the error type);
+///   - any other type implementing the runtime's output trait, checked by the compiler as a
+///     whole: result aliases of any name (`AppResult<T>`), axum's `Response` (feature `tower`)
+///     and actix-web's `HttpResponse` (feature `actix-web`), where the lock error becomes the
+///     response (409 for a timeout, 503 when Redis is unavailable);
+///   - not `impl Trait` (write `Result<impl IntoResponse, LockError>` instead), and not a tuple
+///     error type such as `(StatusCode, String)`, which can never implement `From<LockError>`:
+///     both are compile errors that say what to write.
 ///
 /// Each mistake is one compile error pointing at the offending token; the fn is then left as
 /// it was, so nothing else is reported.

@@ -78,9 +78,57 @@ pub fn key_part<T: KeyPart + ?Sized>(value: &T) -> &T {
 /// Error types an annotated fn can return.
 #[diagnostic::on_unimplemented(
     message = "the error type `{Self}` of a #[distributed_lock] fn must implement `From<lock_runtime::LockError>`",
-    label = "add `impl From<lock_runtime::LockError> for {Self}`"
+    label = "add `impl From<lock_runtime::LockError> for {Self}`",
+    note = "for a type you cannot add it to (a tuple such as `(StatusCode, String)`, another crate's type), return `lock_runtime::LockError` itself (a response with the web features) or an error type of your own"
 )]
 pub trait LockErrorTarget: From<LockError> {}
 impl<E: From<LockError>> LockErrorTarget for E {}
 
 pub fn assert_error_type<E: LockErrorTarget>() {}
+
+/// Return types other than `…Result<T, E>` an annotated fn can have: they carry a lock error
+/// themselves (`AppResult<T>` aliases, web framework responses).
+#[diagnostic::on_unimplemented(
+    message = "a #[distributed_lock] fn cannot return `{Self}`: it cannot carry a lock error",
+    label = "return `Result<T, E>` with `E: From<lock_runtime::LockError>` here",
+    note = "web handlers may also return `axum::response::Response` (feature `tower`) or `actix_web::HttpResponse` (feature `actix-web`): a lock error becomes the response"
+)]
+pub trait LockOutput: Sized {
+    fn from_lock_error(error: LockError) -> Self;
+}
+
+impl<T, E: From<LockError>> LockOutput for Result<T, E> {
+    fn from_lock_error(error: LockError) -> Self {
+        Err(E::from(error))
+    }
+}
+
+#[cfg(feature = "tower")]
+impl LockOutput for axum_core::response::Response {
+    fn from_lock_error(error: LockError) -> Self {
+        axum_core::response::IntoResponse::into_response(error)
+    }
+}
+
+#[cfg(feature = "actix-web")]
+impl LockOutput for actix_web::HttpResponse {
+    fn from_lock_error(error: LockError) -> Self {
+        actix_web::ResponseError::error_response(&error)
+    }
+}
+
+pub fn assert_output_type<O: LockOutput>() {}
+
+/// [`run_locked`] for return types other than `…Result<T, E>`: a lock error becomes the
+/// output through [`LockOutput`].
+pub async fn run_locked_output<O, F>(spec: LockSpec, body: F) -> O
+where
+    F: Future<Output = O>,
+    O: LockOutput,
+{
+    let wrapped = async move { Ok::<O, LockError>(body.await) };
+    match run_locked::<O, LockError, _>(spec, wrapped).await {
+        Ok(output) => output,
+        Err(error) => O::from_lock_error(error),
+    }
+}
