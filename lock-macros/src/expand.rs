@@ -78,7 +78,7 @@ fn with_error(item: TokenStream, error: Error) -> TokenStream {
 //                 let __lock_ret: Result<u32, AppError> = loop {};
 //                 return __lock_ret;
 //             }
-//             { body }
+//             body's statements
 //         })
 //         .await
 //     }
@@ -213,10 +213,14 @@ fn expand(args: TokenStream, function: &ItemFn) -> syn::Result<TokenStream> {
         sig,
         block,
     } = function;
+    // The body's statements go straight into the async block: wrapped in a block of their own,
+    // a one-line body such as `{ Ok(id) }` would draw an `unused_braces` warning the user did
+    // not cause.
+    let statements = &block.stmts;
     let body = quote! {
         async move {
             #return_hint
-            #block
+            #(#statements)*
         }
     };
     let run_locked = respan(quote!(#private::#run_fn), check_span);

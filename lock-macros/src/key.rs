@@ -113,14 +113,31 @@ impl KeyTemplate {
                 Segment::Placeholder(placeholder) => {
                     format.push_str("{}");
                     let span = subspan(lit, placeholder.range.clone());
-                    let root = &placeholder.root;
-                    let fields = &placeholder.fields;
-                    values.push(respan(
-                        quote!(::std::string::ToString::to_string(
-                            #krate::__private::key_part(&#root #(.#fields)*)
-                        )),
-                        span,
-                    ));
+                    let placeholder_root = &placeholder.root;
+                    let root = respan(quote!(&#placeholder_root), span);
+                    // Field names carry a span from this expansion: a misspelt field is still
+                    // reported at the key, but the compiler does not suggest replacing the
+                    // whole key literal with the field it meant.
+                    let field_span = Span::mixed_site().located_at(span);
+                    let fields = placeholder.fields.iter().map(|field| {
+                        let mut field = field.clone();
+                        match &mut field {
+                            Member::Named(name) => name.set_span(field_span),
+                            Member::Unnamed(index) => index.span = field_span,
+                        }
+                        let dot = respan(quote!(.), span);
+                        quote!(#dot #field)
+                    });
+                    let to_string = respan(quote!(::std::string::ToString::to_string), span);
+                    let key_part = respan(quote!(#krate::__private::key_part), span);
+                    let parens = |inner: TokenStream| {
+                        let mut group = Group::new(proc_macro2::Delimiter::Parenthesis, inner);
+                        group.set_span(span);
+                        group
+                    };
+                    let argument = parens(quote!(#root #(#fields)*));
+                    let call = parens(quote!(#key_part #argument));
+                    values.push(quote!(#to_string #call));
                 }
             }
         }

@@ -56,7 +56,7 @@ fn body_runs_inside_run_locked_after_the_key_is_built() {
                     let __lock_ret: Result<u32, AppError> = loop {};
                     return __lock_ret;
                 }
-                { Ok(qty) }
+                Ok(qty)
             })
             .await
         }
