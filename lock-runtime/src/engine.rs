@@ -39,6 +39,8 @@ pub(crate) struct Inner {
     pub(crate) service_id: String,
     /// Channels the shared subscriber listens on; the async mutex orders (un)subscriptions.
     pub(crate) subscriptions: tokio::sync::Mutex<HashSet<String>>,
+    /// A resubscription after a disconnection is under way (see `notify`).
+    pub(crate) resubscribing: std::sync::atomic::AtomicBool,
     pub(crate) runtime: tokio::runtime::Handle,
     pub(crate) batcher: Batcher,
 }
@@ -563,7 +565,7 @@ impl Inner {
     }
 
     /// Subscribes the shared subscriber to `channel` unless it already is.
-    async fn ensure_subscribed(&self, channel: &str) -> Result<(), LockError> {
+    pub(crate) async fn ensure_subscribed(&self, channel: &str) -> Result<(), LockError> {
         let mut subscribed = self.subscriptions.lock().await;
         if !subscribed.contains(channel) {
             self.backend.subscribe(channel).await?;

@@ -574,6 +574,15 @@ impl Local {
         })
     }
 
+    /// The keys someone in this process waits for.
+    pub(crate) fn waited_keys(&self) -> Vec<LockKey> {
+        self.lock()
+            .iter()
+            .filter(|(_, state)| !state.waiters.is_empty())
+            .map(|(key, _)| key.clone())
+            .collect()
+    }
+
     /// How many callers of this service wait in line for `key`.
     pub(crate) fn waiter_count(&self, key: &str) -> usize {
         self.lock().get(key).map_or(0, |s| s.waiters.len())

@@ -1,5 +1,6 @@
 //! Wake-ups: the shared subscriber's pushes are routed to the head waiter of the lock they name.
 
+use std::sync::atomic::Ordering;
 use std::sync::{Arc, Weak};
 use std::time::Duration;
 
@@ -43,10 +44,59 @@ pub(crate) async fn run(inner: Weak<Inner>, mut pushes: UnboundedReceiver<PushIn
                     });
                 }
             }
-            // Messages published while disconnected are lost: every head looks again (the
-            // client resubscribes on reconnect before it runs their commands).
-            PushKind::Disconnection => inner.local.wake_all_heads(),
+            // Messages published while disconnected are lost, and the subscriptions may be
+            // too (a client that gave up reconnecting resubscribes only when it is used again):
+            // subscribe again to every channel someone waits on, then every head looks again.
+            PushKind::Disconnection => {
+                inner.local.wake_all_heads();
+                if !inner.resubscribing.swap(true, Ordering::SeqCst) {
+                    inner.runtime.spawn(resubscribe(Arc::downgrade(&inner)));
+                }
+            }
             _ => {}
+        }
+    }
+}
+
+/// Subscribes again to the channels this service's waiters wait on, until Redis takes the
+/// subscriptions (or nobody waits any more), then wakes every head waiter: a release published
+/// while the subscriptions were gone was missed.
+async fn resubscribe(inner: Weak<Inner>) {
+    let mut pause = Duration::from_millis(20);
+    loop {
+        let Some(service) = inner.upgrade() else {
+            return;
+        };
+        let channels: Vec<String> = {
+            let mut subscribed = service.subscriptions.lock().await;
+            subscribed.clear();
+            service
+                .local
+                .waited_keys()
+                .into_iter()
+                .map(|key| format!("{key}{CHANNEL_SUFFIX}"))
+                .collect()
+        };
+        let mut failed = None;
+        for channel in &channels {
+            if let Err(e) = service.ensure_subscribed(channel).await {
+                failed = Some(e);
+                break;
+            }
+        }
+        match failed {
+            None => {
+                service.resubscribing.store(false, Ordering::SeqCst);
+                service.local.wake_all_heads();
+                tracing::debug!(channels = channels.len(), "wake-up subscriptions restored");
+                return;
+            }
+            Some(e) => {
+                tracing::debug!(error = %e, "resubscribing failed; trying again");
+                drop(service);
+                tokio::time::sleep(pause).await;
+                pause = (pause * 2).min(Duration::from_millis(500));
+            }
         }
     }
 }

@@ -70,6 +70,7 @@ impl LockService {
             config,
             service_id: uuid::Uuid::new_v4().simple().to_string(),
             subscriptions: tokio::sync::Mutex::new(HashSet::new()),
+            resubscribing: Default::default(),
             runtime: runtime.clone(),
             batcher: Default::default(),
         });
