@@ -17,7 +17,12 @@
 //! # }
 //! ```
 //!
+//! [`history`] checks what lock workers in several processes recorded while faults were injected
+//! (overlapping critical sections, stale writes a fenced resource accepted) and prints the
+//! fault table of `tests/tests/faults.rs`.
+//!
 //! Run everything with `bash scripts/test.sh`; it installs the Redis binaries when they are
 //! missing.
 
 pub mod harness;
+pub mod history;

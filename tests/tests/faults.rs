@@ -2,10 +2,31 @@
 //! (recovery time, duplicated grants with and without replica acknowledgements, tokens across
 //! the failover), a killed cluster master, a killed static master.
 //!
-//! Figures are printed (`cargo nextest run --test faults --no-capture`), never asserted as
-//! timings.
+//! The `history_*` tests run the history checker (`lock_tests::history`, module docs there):
+//! three `lock-worker history` processes contend for one lock and write to one fenced resource
+//! while a fault is injected per scenario, and each test prints its rows of the fault table:
+//!
+//! | test | topology | faults |
+//! |---|---|---|
+//! | `history_single_proxy_latency_and_dropped_replies` | single | a fault proxy between one worker and Redis: reply and request latency spikes shorter than the lease, dropped replies |
+//! | `history_stall_single_server_debug_sleep_and_sigstop` | single | `DEBUG SLEEP 0.5` three times, `SIGSTOP`/`SIGCONT` of `redis-server` for 0.7 s twice (leases 2 s) |
+//! | `history_stop_a_holder_longer_than_its_lease` | single | `SIGSTOP` of a holding worker for 1.5 s, three times its lease, right after it checked its lock |
+//! | `history_failover_kill_sentinel_master` | sentinel | `SIGKILL` of the master during the load (watchdog leases) |
+//! | `history_failover_kill_proxied_cluster_master_after_dropped_replies` | proxied cluster | dropped replies at the proxy of the lock's master, then `SIGKILL` of that master |
+//! | `history_restart_static_master_after_a_kill` | master-replicas | `SIGKILL` of the master, restarted 1 s later |
+//!
+//! Targets, asserted: no stale write accepted anywhere; where every holder keeps its lease (all
+//! but the stopped holder), no overlapping critical sections, no write rejected and tokens that
+//! grow with the grants. The stopped holder's scenario must show its overlap and the resource
+//! rejecting its late write. The `history_*` tests are in nextest's `destructive` group (they keep
+//! four processes busy for seconds).
+//!
+//! Figures are printed (`cargo nextest run -p lock-tests --test faults --no-capture`), never
+//! asserted as timings.
 
 mod common;
+#[path = "faults/load.rs"]
+mod load;
 
 use std::collections::HashMap;
 use std::sync::atomic::{AtomicBool, AtomicU32, AtomicU64, Ordering};
@@ -13,8 +34,10 @@ use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use common::{Fixture, eventually};
+use load::{Load, Resource, WorkerSpec, config, print_table, trio};
 use lock_runtime::{ErrorKind, LockService};
-use lock_tests::harness::{Spec, unique_key};
+use lock_tests::harness::{Proxy, Spec, Topology, unique_key};
+use lock_tests::history::monotonic_ns;
 
 const LONG_WATCHDOG: Duration = Duration::from_secs(30);
 
@@ -358,4 +381,375 @@ async fn kill_of_a_static_master_fails_clearly_and_never_writes_replicas() {
         err.is_backend() && err.to_string().contains("not a master"),
         "{err}"
     );
+}
+
+// ---------------------------------------------------------------------------------------------
+// History scenarios (see the module docs and `load.rs`).
+
+/// How long the workers run before the first fault, so that every one has held the lock.
+const SETTLE: Duration = Duration::from_millis(500);
+
+/// How long the workers run after the last fault (beyond the grants a scenario waits for).
+const AFTERMATH: Duration = Duration::from_millis(500);
+
+/// Sends `signal` to process `pid`.
+fn signal(pid: u32, signal: libc::c_int) {
+    // SAFETY: kill(2) with a pid of a child this test started and a valid signal number.
+    let rc = unsafe { libc::kill(pid as libc::pid_t, signal) };
+    assert_eq!(
+        rc,
+        0,
+        "kill({pid}, {signal}): {}",
+        std::io::Error::last_os_error()
+    );
+}
+
+/// `true` while process `pid` is stopped (state `T` in `/proc/<pid>/stat`).
+fn is_stopped(pid: u32) -> bool {
+    let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).unwrap_or_default();
+    stat.rsplit_once(") ")
+        .is_some_and(|(_, rest)| rest.starts_with('T') || rest.starts_with('t'))
+}
+
+/// Stops `pid` with `SIGSTOP` for `pause`, then `SIGCONT`s it; returns when it was stopped and
+/// resumed (ns, [`monotonic_ns`]).
+async fn stop_for(pid: u32, pause: Duration) -> (u64, u64) {
+    signal(pid, libc::SIGSTOP);
+    let stopped = monotonic_ns();
+    eventually("the process is stopped", Duration::from_secs(2), || async {
+        is_stopped(pid)
+    })
+    .await;
+    tokio::time::sleep(pause).await;
+    signal(pid, libc::SIGCONT);
+    (stopped, monotonic_ns())
+}
+
+/// Workers' configuration line for a response timeout.
+fn response_timeout(d: Duration) -> String {
+    format!("response_timeout = \"{}ms\"", d.as_millis())
+}
+
+/// Single server; worker `w0` reaches Redis through a fault proxy, `w1` and `w2` directly.
+/// Latency spikes (replies, then requests) shorter than the 1 s lease, then replies dropped
+/// with a reset connection: the lost grant is given back, the lost release repeated.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn history_single_proxy_latency_and_dropped_replies() {
+    let fx = Fixture::own(Spec::Single).await;
+    let proxy = Proxy::start(Topology::addr_of(fx.topo().master_port())).await;
+    let dir = tempfile::tempdir().unwrap();
+    let timeout = response_timeout(Duration::from_secs(1));
+    let direct = config(
+        dir.path(),
+        "direct",
+        &fx.topology(),
+        LONG_WATCHDOG,
+        &timeout,
+    );
+    let proxied = config(
+        dir.path(),
+        "proxied",
+        &lock_runtime::Topology::Single { url: proxy.url() },
+        LONG_WATCHDOG,
+        &timeout,
+    );
+    let key = unique_key("hist-proxy");
+    let resource = Resource::new().await;
+    let load = Load::start(
+        &resource,
+        vec![
+            WorkerSpec::new("w0", &proxied, &key, 1000),
+            WorkerSpec::new("w1", &direct, &key, 1000),
+            WorkerSpec::new("w2", &direct, &key, 1000),
+        ],
+    )
+    .await;
+    load.run_for(SETTLE).await;
+    for (label, latency, lasting, request) in [
+        ("w0 reply latency 200 ms for 0.6 s", 200, 600, false),
+        ("w0 reply latency 400 ms for 0.5 s", 400, 500, false),
+        ("w0 request latency 300 ms for 0.5 s", 300, 500, true),
+    ] {
+        let set = |ms: u64| {
+            if request {
+                proxy.set_request_latency(Duration::from_millis(ms));
+            } else {
+                proxy.set_latency(Duration::from_millis(ms));
+            }
+        };
+        let begin = monotonic_ns();
+        set(latency);
+        tokio::time::sleep(Duration::from_millis(lasting)).await;
+        set(0);
+        let end = monotonic_ns();
+        load.fault(label, begin, end, Some("w0"));
+        // the next fault waits until w0 recovered from this one, so that each recovery time
+        // is its own
+        load.granted_to("w0", end, Duration::from_secs(10)).await;
+        load.run_for(Duration::from_millis(200)).await;
+    }
+    for _ in 0..4 {
+        let before = proxy.replies_dropped();
+        proxy.drop_next_reply();
+        eventually("a reply is dropped", Duration::from_secs(5), || async {
+            proxy.replies_dropped() > before
+        })
+        .await;
+        let at = monotonic_ns();
+        load.fault("w0 reply dropped, connection reset", at, at, Some("w0"));
+        load.granted_to("w0", at, Duration::from_secs(10)).await;
+        load.run_for(Duration::from_millis(200)).await;
+    }
+    load.run_for(AFTERMATH).await;
+    let outcome = load.finish("single, proxy w0<->redis").await;
+    print_table(&[&outcome]);
+    outcome.assert_leases_kept(50);
+}
+
+/// Single server stalled: `DEBUG SLEEP 0.5` three times, then `SIGSTOP` of `redis-server` for
+/// 0.7 s twice, all shorter than the 2 s lease and the 3 s response timeout.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn history_stall_single_server_debug_sleep_and_sigstop() {
+    let fx = Fixture::own(Spec::Single).await;
+    let dir = tempfile::tempdir().unwrap();
+    let conf = config(
+        dir.path(),
+        "single",
+        &fx.topology(),
+        LONG_WATCHDOG,
+        &response_timeout(Duration::from_secs(3)),
+    );
+    let key = unique_key("hist-stall");
+    let resource = Resource::new().await;
+    let load = Load::start(&resource, trio(&conf, &key, 2000)).await;
+    load.run_for(SETTLE).await;
+    let port = fx.topo().master_port();
+    for _ in 0..3 {
+        let mut con = fx.redis();
+        let (begin, end) = tokio::task::spawn_blocking(move || {
+            let begin = monotonic_ns();
+            let () = redis::cmd("DEBUG")
+                .arg("SLEEP")
+                .arg(0.5)
+                .query(&mut con)
+                .unwrap();
+            (begin, monotonic_ns())
+        })
+        .await
+        .unwrap();
+        load.fault("DEBUG SLEEP 0.5", begin, end, None);
+        load.run_for(Duration::from_millis(400)).await;
+    }
+    let pid = fx.topo().pid(port).expect("redis-server runs");
+    for _ in 0..2 {
+        let (begin, end) = stop_for(pid, Duration::from_millis(700)).await;
+        load.fault("SIGSTOP redis-server 0.7 s", begin, end, None);
+        load.run_for(Duration::from_millis(400)).await;
+    }
+    load.run_for(AFTERMATH).await;
+    let outcome = load.finish("single, server stalled").await;
+    print_table(&[&outcome]);
+    outcome.assert_leases_kept(50);
+}
+
+/// A holder stopped longer than its lease: `w0` (500 ms lease) reaches its stop point in its
+/// tenth section - it has checked `is_lost()` and is about to write - and is `SIGSTOP`ped there
+/// for 1.5 s. Its lease runs out, `w1`/`w2` take the lock and write; `w0` wakes up and writes
+/// with its old token. Overlaps are expected here (`w0` acted as holder after its lease); the
+/// fenced resource must reject that write, and the library must have told `w0` it lost the
+/// lock (`is_lost()` at the end of its section).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn history_stop_a_holder_longer_than_its_lease() {
+    const LEASE_MS: u64 = 500;
+    let fx = Fixture::own(Spec::Single).await;
+    let dir = tempfile::tempdir().unwrap();
+    let conf = config(
+        dir.path(),
+        "single",
+        &fx.topology(),
+        LONG_WATCHDOG,
+        &response_timeout(Duration::from_secs(1)),
+    );
+    let key = unique_key("hist-pause");
+    let resource = Resource::new().await;
+    let mut workers = trio(&conf, &key, LEASE_MS);
+    workers[0] = workers[0]
+        .clone()
+        .option("stop-point=10")
+        .option("stop-window=400");
+    let load = Load::start(&resource, workers).await;
+    let (fence, _) = load.stop_point("w0", Duration::from_secs(15)).await;
+    let pid = load.pid("w0");
+    let (stopped, resumed) = stop_for(pid, Duration::from_millis(3 * LEASE_MS)).await;
+    load.holder_fault(
+        "SIGSTOP holder w0 1.5 s (lease 0.5 s)",
+        stopped,
+        resumed,
+        "w0",
+    );
+    load.run_for(Duration::from_secs(1)).await;
+    let outcome = load.finish("single, holder stopped").await;
+    print_table(&[&outcome]);
+    outcome.assert_fenced();
+
+    let sections = outcome.history.sections();
+    let paused = sections
+        .iter()
+        .find(|s| s.worker == "w0" && s.fence == fence)
+        .expect("the stopped section was recorded");
+    println!(
+        "  w0 was stopped {:.1} ms after its grant, for {:.0} ms; its write after waking: {:?}, \
+         told lost: {}",
+        (stopped - paused.start) as f64 / 1e6,
+        (resumed - stopped) as f64 / 1e6,
+        paused.write,
+        paused.lost
+    );
+    assert!(
+        paused.start < stopped && resumed < paused.end,
+        "the stop landed inside the section: {paused:?}, stopped {stopped}, resumed {resumed}"
+    );
+    assert_eq!(
+        paused.write,
+        lock_tests::history::Write::Rejected,
+        "the woken holder's write carried a stale token and was rejected: {paused:?}"
+    );
+    assert!(paused.lost, "the woken holder was told it lost the lock");
+    assert!(
+        sections
+            .iter()
+            .any(|s| s.worker != "w0" && s.start > stopped && s.start < resumed),
+        "others took the lock while w0 was stopped"
+    );
+    assert!(
+        !outcome.overlaps.is_empty(),
+        "the stopped holder's section overlaps the sections granted meanwhile"
+    );
+    assert_eq!(
+        outcome.overlaps_unnoticed(),
+        0,
+        "in every overlap the holder whose lease ran out was told it lost the lock"
+    );
+    assert!(outcome.resource.stale_rejected >= 1);
+}
+
+/// Sentinel: the master is killed during the load and the sentinels fail over; workers use the
+/// watchdog (2 s) instead of leases.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn history_failover_kill_sentinel_master() {
+    let fx = Fixture::own(Spec::sentinel()).await;
+    let dir = tempfile::tempdir().unwrap();
+    let conf = config(
+        dir.path(),
+        "sentinel",
+        &fx.topology(),
+        Duration::from_secs(2),
+        &response_timeout(Duration::from_secs(1)),
+    );
+    let key = unique_key("hist-sentinel");
+    let resource = Resource::new().await;
+    let load = Load::start(&resource, trio(&conf, &key, 0)).await;
+    load.run_for(SETTLE).await;
+    let old = fx.topo().current_master();
+    fx.topo().kill(old);
+    let killed = monotonic_ns();
+    load.fault("SIGKILL master (failover)", killed, killed, None);
+    fx.topo()
+        .wait_for_new_master(old, Duration::from_secs(20))
+        .await;
+    load.grants_after(killed, 20, Duration::from_secs(20)).await;
+    load.run_for(AFTERMATH).await;
+    let outcome = load.finish("sentinel, master killed").await;
+    print_table(&[&outcome]);
+    outcome.assert_leases_kept(20);
+}
+
+/// Proxied cluster, two phases on the lock's master: four replies dropped at its proxy (the
+/// script ran, the worker lost the reply and its connection), then the master is killed and
+/// its replica promoted. One row per phase, each with fresh workers and a fresh resource.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn history_failover_kill_proxied_cluster_master_after_dropped_replies() {
+    let fx = Fixture::own(Spec::proxied_cluster()).await;
+    let dir = tempfile::tempdir().unwrap();
+    let conf = config(
+        dir.path(),
+        "cluster",
+        &fx.topology(),
+        LONG_WATCHDOG,
+        &response_timeout(Duration::from_secs(1)),
+    );
+    let key = unique_key("hist-cluster");
+    let slot = fx.topo().key_slot(&format!("lock:{{{key}}}"));
+    let master = fx.topo().master_for_slot(slot);
+
+    let resource = Resource::new().await;
+    let load = Load::start(&resource, trio(&conf, &key, 1000)).await;
+    load.run_for(SETTLE).await;
+    let proxy = fx.topo().proxy_for(master);
+    for _ in 0..4 {
+        let before = proxy.replies_dropped();
+        proxy.drop_next_reply();
+        eventually("a reply is dropped", Duration::from_secs(5), || async {
+            proxy.replies_dropped() > before
+        })
+        .await;
+        let at = monotonic_ns();
+        load.fault("reply dropped at the master's proxy", at, at, None);
+        load.run_for(Duration::from_millis(300)).await;
+    }
+    load.run_for(AFTERMATH).await;
+    let dropped = load.finish("cluster, replies dropped").await;
+
+    let resource = Resource::new().await;
+    let load = Load::start(&resource, trio(&conf, &key, 1000)).await;
+    load.run_for(SETTLE).await;
+    fx.topo().kill(master);
+    let killed = monotonic_ns();
+    load.fault(
+        "SIGKILL master of the lock's slot (failover)",
+        killed,
+        killed,
+        None,
+    );
+    fx.topo()
+        .wait_for_new_slot_owner(slot, master, Duration::from_secs(20))
+        .await;
+    load.grants_after(killed, 20, Duration::from_secs(20)).await;
+    load.run_for(AFTERMATH).await;
+    let failover = load.finish("cluster, master killed").await;
+
+    print_table(&[&dropped, &failover]);
+    dropped.assert_leases_kept(50);
+    failover.assert_leases_kept(20);
+}
+
+/// Master-replicas (no failover): the master is killed and restarted 1 s later, empty (nothing
+/// is persisted): the fence counters are gone and tokens must still grow.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn history_restart_static_master_after_a_kill() {
+    let fx = Fixture::own(Spec::master_replicas()).await;
+    let dir = tempfile::tempdir().unwrap();
+    let conf = config(
+        dir.path(),
+        "master-slave",
+        &fx.topology(),
+        LONG_WATCHDOG,
+        &response_timeout(Duration::from_millis(500)),
+    );
+    let key = unique_key("hist-static");
+    let resource = Resource::new().await;
+    let load = Load::start(&resource, trio(&conf, &key, 1000)).await;
+    load.run_for(SETTLE).await;
+    let master = fx.topo().master_port();
+    fx.topo().kill(master);
+    let killed = monotonic_ns();
+    tokio::time::sleep(Duration::from_secs(1)).await;
+    fx.topo().restart(master).await;
+    let back = monotonic_ns();
+    load.fault("SIGKILL master, restarted 1 s later", killed, back, None);
+    load.grants_after(back, 20, Duration::from_secs(10)).await;
+    load.run_for(AFTERMATH).await;
+    let outcome = load.finish("master-replicas, master restarted").await;
+    print_table(&[&outcome]);
+    outcome.assert_leases_kept(20);
 }

@@ -10,11 +10,28 @@
 //! lock-worker <config.toml> annotated <key>
 //!     starts the global service from the file and calls an annotated fn on "order:<key>" that
 //!     calls another one on the same key; prints "ok <fence> <hold count inside>"
+//! lock-worker <redis url | config.toml> history <lock key> <resource url> <resource key>
+//!             <seconds> <lease ms, 0 = watchdog> [work=<ms>] [wait=<ms>] [name=<name>]
+//!             [stop-point=<n> stop-window=<ms>]
+//!     for the history checker (`lock_tests::history`): prints "ready", then loops until
+//!     <seconds> passed or a line "stop" arrives on stdin: lock (waiting at most `wait`, default
+//!     3000 ms), critical work (sleep `work` ms, default 3, given up if `lost()` fires), check
+//!     `is_lost()`, one fenced write of the token to <resource key> on <resource url>
+//!     (`history::FENCED_WRITE`), release. Prints per section
+//!     "cs <owner> <fence> <start ns> <end ns> <write 1|0|-|e> <lost 0|1>" (CLOCK_MONOTONIC;
+//!     write: accepted, rejected as stale, skipped as lost, failed), per failure
+//!     "err <lock|release|write> <kind> <ns> <message>", and "done" at the end.
+//!     In its <n>-th section, after the `is_lost()` check and before the write, it prints
+//!     "stop-point <fence>" and waits `stop-window` ms (default 300) for the test to SIGSTOP it.
 //! ```
 
-use std::time::Duration;
+use std::io::Write as _;
+use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::time::{Duration, Instant};
 
 use lock_runtime::{LockConfig, LockError, LockService, Topology, distributed_lock};
+use lock_tests::history::{FENCED_WRITE, Write, monotonic_ns, resource_log_key};
 
 #[tokio::main(flavor = "current_thread")]
 async fn main() {
@@ -49,6 +66,7 @@ async fn main() {
             .await
         }
         "hold" => hold(&locks, &args[2], args[3].parse().expect("lease ms")).await,
+        "history" => history(&locks, &args[2..]).await,
         "hold-as" => {
             let owner = lock_runtime::OwnerId::across_processes(args[3].clone());
             let guard = locks.lock(&args[2]).owner(owner).await.expect("lock");
@@ -160,4 +178,157 @@ async fn hold(locks: &LockService, key: &str, lease_ms: u64) {
     println!("held {}", guard.fence());
     std::future::pending::<()>().await;
     drop(guard);
+}
+
+/// Settings of the `history` mode.
+struct HistoryArgs {
+    key: String,
+    resource_url: String,
+    resource: String,
+    run_for: Duration,
+    lease: Option<Duration>,
+    work: Duration,
+    wait: Duration,
+    name: String,
+    stop_point: Option<u64>,
+    stop_window: Duration,
+}
+
+impl HistoryArgs {
+    fn parse(args: &[String]) -> HistoryArgs {
+        let ms = |v: &str| Duration::from_millis(v.parse().expect("milliseconds"));
+        let lease_ms: u64 = args[4].parse().expect("lease ms");
+        let mut parsed = HistoryArgs {
+            key: args[0].clone(),
+            resource_url: args[1].clone(),
+            resource: args[2].clone(),
+            run_for: Duration::from_secs_f64(args[3].parse().expect("seconds")),
+            lease: (lease_ms > 0).then(|| Duration::from_millis(lease_ms)),
+            work: Duration::from_millis(3),
+            wait: Duration::from_millis(3000),
+            name: format!("pid{}", std::process::id()),
+            stop_point: None,
+            stop_window: Duration::from_millis(300),
+        };
+        for option in &args[5..] {
+            let (name, value) = option.split_once('=').expect("option name=value");
+            match name {
+                "work" => parsed.work = ms(value),
+                "wait" => parsed.wait = ms(value),
+                "name" => parsed.name = value.to_owned(),
+                "stop-point" => parsed.stop_point = Some(value.parse().expect("section number")),
+                "stop-window" => parsed.stop_window = ms(value),
+                other => panic!("unknown history option {other}"),
+            }
+        }
+        parsed
+    }
+}
+
+/// Prints one line and flushes it at once (stdout is a pipe the test reads as it goes).
+fn say(line: std::fmt::Arguments<'_>) {
+    let mut out = std::io::stdout().lock();
+    let _ = out.write_fmt(line);
+    let _ = out.write_all(b"\n");
+    let _ = out.flush();
+}
+
+/// "err <op> <kind> <ns> <message on one line>".
+fn say_error(op: &str, kind: &str, message: impl std::fmt::Display) {
+    let at = monotonic_ns();
+    let message = message.to_string().replace('\n', " ");
+    say(format_args!("err {op} {kind} {at} {message}"));
+}
+
+/// Sets the flag when a line "stop" arrives on stdin (end of input does not stop the worker).
+fn stop_on_request() -> Arc<AtomicBool> {
+    let stop = Arc::new(AtomicBool::new(false));
+    let flag = stop.clone();
+    std::thread::spawn(move || {
+        for line in std::io::stdin().lines() {
+            match line {
+                Ok(l) if l.trim() == "stop" => {
+                    flag.store(true, Ordering::SeqCst);
+                    return;
+                }
+                Ok(_) => {}
+                Err(_) => return,
+            }
+        }
+    });
+    stop
+}
+
+async fn history(locks: &LockService, args: &[String]) {
+    let args = HistoryArgs::parse(args);
+    let mut resource = redis::Client::open(args.resource_url.as_str())
+        .expect("resource url")
+        .get_multiplexed_async_connection()
+        .await
+        .expect("connect to the resource");
+    let script = redis::Script::new(FENCED_WRITE);
+    let log = resource_log_key(&args.resource);
+    let stop = stop_on_request();
+    let until = Instant::now() + args.run_for;
+    let mut sections = 0u64;
+    say(format_args!("ready"));
+    while Instant::now() < until && !stop.load(Ordering::SeqCst) {
+        let mut request = locks.lock(args.key.as_str()).wait(args.wait);
+        if let Some(lease) = args.lease {
+            request = request.lease(lease);
+        }
+        let guard = match request.await {
+            Ok(guard) => guard,
+            Err(e) => {
+                say_error("lock", &format!("{:?}", e.kind()), &e);
+                // do not spin while the servers are unreachable
+                tokio::time::sleep(Duration::from_millis(20)).await;
+                continue;
+            }
+        };
+        let start = monotonic_ns();
+        sections += 1;
+        let fence = guard.fence();
+        let lost_during_work = tokio::select! {
+            biased;
+            _ = guard.lost() => true,
+            () = tokio::time::sleep(args.work) => false,
+        };
+        let mut write = Write::Skipped;
+        if !lost_during_work && !guard.is_lost() {
+            if args.stop_point == Some(sections) {
+                // The worst moment for a pause: the holder has just checked that its lock is
+                // valid and is about to write. Only the token can stop a stale write now.
+                say(format_args!("stop-point {fence}"));
+                tokio::time::sleep(args.stop_window).await;
+            }
+            write = match script
+                .key(&args.resource)
+                .key(&log)
+                .arg(fence)
+                .arg(&args.name)
+                .invoke_async::<i64>(&mut resource)
+                .await
+            {
+                Ok(1) => Write::Accepted,
+                Ok(_) => Write::Rejected,
+                Err(e) => {
+                    say_error("write", "Redis", &e);
+                    Write::Failed
+                }
+            };
+        }
+        let lost = guard.is_lost();
+        let end = monotonic_ns();
+        say(format_args!(
+            "cs {} {fence} {start} {end} {} {}",
+            guard.owner(),
+            write.as_str(),
+            u8::from(lost)
+        ));
+        if let Err(e) = guard.release().await {
+            say_error("release", &format!("{:?}", e.kind()), &e);
+        }
+    }
+    say(format_args!("done"));
 }

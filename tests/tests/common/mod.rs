@@ -87,43 +87,8 @@ impl Fixture {
         watchdog: Duration,
         extra: &str,
     ) -> std::path::PathBuf {
-        let list = |urls: Vec<String>| {
-            format!(
-                "[{}]",
-                urls.iter()
-                    .map(|u| format!("{u:?}"))
-                    .collect::<Vec<_>>()
-                    .join(", ")
-            )
-        };
-        let redis = match self.topology() {
-            lock_runtime::Topology::Single { url } => format!("mode = \"single\"\nurl = {url:?}"),
-            lock_runtime::Topology::MasterSlave { master, replicas } => {
-                format!(
-                    "mode = \"master-slave\"\nmaster = {master:?}\nreplicas = {}",
-                    list(replicas)
-                )
-            }
-            lock_runtime::Topology::Sentinel {
-                master_name,
-                sentinels,
-            } => {
-                format!(
-                    "mode = \"sentinel\"\nmaster_name = {master_name:?}\nsentinels = {}",
-                    list(sentinels)
-                )
-            }
-            lock_runtime::Topology::Cluster { nodes } => {
-                format!("mode = \"cluster\"\nnodes = {}", list(nodes))
-            }
-            other => panic!("unknown topology {other:?}"),
-        };
-        let text = format!(
-            "[redis]\n{redis}\n{extra}\n[lock]\nwatchdog_timeout = \"{}ms\"\n",
-            watchdog.as_millis()
-        );
         let path = dir.join(format!("{}.toml", self.topology().mode()));
-        std::fs::write(&path, text).unwrap();
+        write_config(&path, &self.topology(), watchdog, extra);
         path
     }
 
@@ -166,6 +131,52 @@ impl Fixture {
             ),
         }
     }
+}
+
+/// Writes a configuration file for `topology` to `path`: `extra` goes into the `[redis]`
+/// table (e.g. `response_timeout = "1s"`).
+pub fn write_config(
+    path: &std::path::Path,
+    topology: &lock_runtime::Topology,
+    watchdog: Duration,
+    extra: &str,
+) {
+    let list = |urls: &[String]| {
+        format!(
+            "[{}]",
+            urls.iter()
+                .map(|u| format!("{u:?}"))
+                .collect::<Vec<_>>()
+                .join(", ")
+        )
+    };
+    let redis = match topology {
+        lock_runtime::Topology::Single { url } => format!("mode = \"single\"\nurl = {url:?}"),
+        lock_runtime::Topology::MasterSlave { master, replicas } => {
+            format!(
+                "mode = \"master-slave\"\nmaster = {master:?}\nreplicas = {}",
+                list(replicas)
+            )
+        }
+        lock_runtime::Topology::Sentinel {
+            master_name,
+            sentinels,
+        } => {
+            format!(
+                "mode = \"sentinel\"\nmaster_name = {master_name:?}\nsentinels = {}",
+                list(sentinels)
+            )
+        }
+        lock_runtime::Topology::Cluster { nodes } => {
+            format!("mode = \"cluster\"\nnodes = {}", list(nodes))
+        }
+        other => panic!("unknown topology {other:?}"),
+    };
+    let text = format!(
+        "[redis]\n{redis}\n{extra}\n[lock]\nwatchdog_timeout = \"{}ms\"\n",
+        watchdog.as_millis()
+    );
+    std::fs::write(path, text).unwrap();
 }
 
 /// Raw commands on a single server or a cluster.
@@ -220,8 +231,12 @@ pub async fn waiters_in_line(service: &LockService, key: &str, n: usize) {
 /// A `lock-worker` process (see src/bin/lock-worker.rs). Killed (and reaped) when dropped.
 pub struct Worker {
     child: std::process::Child,
-    lines: tokio::io::Lines<BufReader<tokio::process::ChildStdout>>,
+    lines: Option<WorkerLines>,
+    stdin: Option<std::process::ChildStdin>,
 }
+
+/// What a worker prints, line by line.
+pub type WorkerLines = tokio::io::Lines<BufReader<tokio::process::ChildStdout>>;
 
 impl Worker {
     /// Starts a worker; call it inside a tokio runtime (its stdout is read through the runtime).
@@ -235,18 +250,58 @@ impl Worker {
     /// thread, which lives until the process exits (`harness::spawn_child`, which also closes
     /// the race of a parent dying before the signal is armed).
     pub fn spawn(args: &[&str]) -> Worker {
+        Worker::start(args, false)
+    }
+
+    /// [`Worker::spawn`] with a pipe to the worker's stdin ([`Worker::tell`]).
+    pub fn spawn_with_stdin(args: &[&str]) -> Worker {
+        Worker::start(args, true)
+    }
+
+    fn start(args: &[&str], stdin: bool) -> Worker {
         let mut cmd = std::process::Command::new(env!("CARGO_BIN_EXE_lock-worker"));
-        cmd.args(args).stdin(Stdio::null()).stdout(Stdio::piped());
+        cmd.args(args)
+            .stdin(if stdin { Stdio::piped() } else { Stdio::null() })
+            .stdout(Stdio::piped());
         let mut child = spawn_child(cmd).expect("spawn lock-worker");
         let stdout = tokio::process::ChildStdout::from_std(child.stdout.take().unwrap())
             .expect("register the worker's stdout with the runtime");
         let lines = BufReader::new(stdout).lines();
-        Worker { child, lines }
+        let stdin = child.stdin.take();
+        Worker {
+            child,
+            lines: Some(lines),
+            stdin,
+        }
+    }
+
+    /// The process id of the worker.
+    pub fn pid(&self) -> u32 {
+        self.child.id()
+    }
+
+    /// Writes `line` to the worker's stdin (started with [`Worker::spawn_with_stdin`]).
+    pub fn tell(&mut self, line: &str) {
+        use std::io::Write as _;
+        let stdin = self
+            .stdin
+            .as_mut()
+            .expect("the worker was started with stdin");
+        writeln!(stdin, "{line}").expect("write to the worker's stdin");
+        stdin.flush().expect("flush the worker's stdin");
+    }
+
+    /// Takes the worker's output, to read it elsewhere; [`Worker::line`] cannot be used after.
+    pub fn take_lines(&mut self) -> WorkerLines {
+        self.lines
+            .take()
+            .expect("the worker's output was taken already")
     }
 
     /// The next line the worker prints, within `within`.
     pub async fn line(&mut self, within: Duration) -> String {
-        tokio::time::timeout(within, self.lines.next_line())
+        let lines = self.lines.as_mut().expect("the worker's output was taken");
+        tokio::time::timeout(within, lines.next_line())
             .await
             .expect("worker printed nothing in time")
             .expect("read worker output")

@@ -1,0 +1,691 @@
+//! The load of the history scenarios: `lock-worker history` processes that contend for one
+//! lock and write to one fenced resource while the test injects faults, and the figures the
+//! history checker (`lock_tests::history`) makes of what they recorded.
+//!
+//! A scenario starts a [`Load`] (the workers print `ready`), injects its faults while the
+//! workers run and records each with [`Load::fault`] (begin and end on the workers' clock,
+//! [`monotonic_ns`]), then calls [`Load::finish`], which tells every worker to stop, waits for
+//! them, and checks the history and the resource's log into an [`Outcome`]. Workers are
+//! killed when the load is dropped (also when the test panics), and they die with the test
+//! process (`PR_SET_PDEATHSIG`, see `harness::spawn_child`).
+//!
+//! With `HISTORY_DUMP_DIR=<dir>` every scenario also writes what it recorded to
+//! `<dir>/<scenario>.txt`: the faults (`fault <begin ns> <end ns> <label>`), the workers' error
+//! lines (`<worker> err <op> <kind> <ns> <message>`) and the sections
+//! (`cs <worker> <owner> <fence> <start ns> <end ns> <write> <lost>`).
+
+use std::collections::BTreeMap;
+use std::path::PathBuf;
+use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
+use std::time::Duration;
+
+use lock_tests::harness::{Kind, shared, unique_key};
+use lock_tests::history::{
+    self, Event, History, LogEntry, Overlap, ResourceCheck, Row, monotonic_ns, resource_log_key,
+};
+use tokio::sync::Notify;
+use tokio::task::JoinHandle;
+
+use crate::common::Worker;
+
+/// How long a worker may take to connect and print `ready`.
+const READY_WITHIN: Duration = Duration::from_secs(30);
+
+/// How long workers may take to stop after they were told to (a lock call in progress is
+/// bounded by its wait and the response timeout).
+const DONE_WITHIN: Duration = Duration::from_secs(20);
+
+/// The fenced resource: a hash and its log on the test binary's shared single server, which
+/// no fault touches (see `lock_tests::history` for why it does not live on the lock servers).
+#[derive(Debug, Clone)]
+pub(crate) struct Resource {
+    pub(crate) url: String,
+    pub(crate) key: String,
+}
+
+impl Resource {
+    /// A fresh resource key on the shared single server.
+    pub(crate) async fn new() -> Resource {
+        let topo = shared(Kind::Single).await;
+        Resource {
+            url: topo.url(),
+            key: format!("res:{{{}}}", unique_key("history")),
+        }
+    }
+
+    /// The resource's log, in the order it saw the writes.
+    async fn log(&self) -> Vec<LogEntry> {
+        let mut con = redis::Client::open(self.url.as_str())
+            .unwrap()
+            .get_multiplexed_async_connection()
+            .await
+            .unwrap();
+        let lines: Vec<String> = redis::cmd("LRANGE")
+            .arg(resource_log_key(&self.key))
+            .arg(0)
+            .arg(-1)
+            .query_async(&mut con)
+            .await
+            .unwrap();
+        lines
+            .iter()
+            .map(|l| LogEntry::parse(l).unwrap_or_else(|| panic!("bad log entry {l:?}")))
+            .collect()
+    }
+}
+
+/// One worker of a load.
+#[derive(Debug, Clone)]
+pub(crate) struct WorkerSpec {
+    /// Its name in the figures and the resource's log.
+    pub(crate) name: String,
+    /// Its configuration file.
+    pub(crate) config: PathBuf,
+    /// The lock key it takes.
+    pub(crate) key: String,
+    /// Its lease, 0 for the watchdog.
+    pub(crate) lease_ms: u64,
+    /// More `name=value` options of `lock-worker history`.
+    pub(crate) options: Vec<String>,
+}
+
+impl WorkerSpec {
+    pub(crate) fn new(
+        name: &str,
+        config: &std::path::Path,
+        key: &str,
+        lease_ms: u64,
+    ) -> WorkerSpec {
+        WorkerSpec {
+            name: name.to_owned(),
+            config: config.to_owned(),
+            key: key.to_owned(),
+            lease_ms,
+            options: Vec::new(),
+        }
+    }
+
+    pub(crate) fn option(mut self, option: &str) -> WorkerSpec {
+        self.options.push(option.to_owned());
+        self
+    }
+}
+
+/// A fault the test injected, on the workers' clock.
+#[derive(Debug, Clone)]
+pub(crate) struct Fault {
+    pub(crate) label: String,
+    pub(crate) begin: u64,
+    pub(crate) end: u64,
+    pub(crate) recovery: Recovery,
+}
+
+/// How the recovery from a fault is measured.
+#[derive(Debug, Clone)]
+pub(crate) enum Recovery {
+    /// From the end of the fault to the first grant after it (to this worker only, when the
+    /// fault hit only it).
+    AfterEnd(Option<String>),
+    /// From the beginning of the fault to the first grant to a worker other than this one (a
+    /// holder was stopped: the lock recovers when someone else can take it).
+    OthersAfterBegin(String),
+}
+
+/// What the workers printed so far.
+#[derive(Debug, Default)]
+pub(crate) struct Seen {
+    pub(crate) history: History,
+    ready: Vec<bool>,
+    done: Vec<bool>,
+    ended: Vec<bool>,
+    /// The stop point a worker reached: its token and when the test read it.
+    pub(crate) stop_points: Vec<Option<(u64, u64)>>,
+    /// The first message of each error kind.
+    samples: BTreeMap<String, String>,
+    /// Lines that are no event.
+    unparsed: Vec<String>,
+    /// Error lines as printed, with the worker's name in front (for `HISTORY_DUMP_DIR`).
+    raw_errors: Vec<String>,
+}
+
+#[derive(Debug, Default)]
+struct Shared {
+    seen: Mutex<Seen>,
+    changed: Notify,
+}
+
+impl Shared {
+    fn seen(&self) -> MutexGuard<'_, Seen> {
+        self.seen.lock().unwrap_or_else(PoisonError::into_inner)
+    }
+}
+
+/// Workers running a scenario.
+pub(crate) struct Load {
+    specs: Vec<WorkerSpec>,
+    workers: Vec<Worker>,
+    readers: Vec<JoinHandle<()>>,
+    shared: Arc<Shared>,
+    faults: Mutex<Vec<Fault>>,
+    resource: Resource,
+    started: u64,
+}
+
+impl Load {
+    /// Starts the workers and waits until every one is ready.
+    pub(crate) async fn start(resource: &Resource, specs: Vec<WorkerSpec>) -> Load {
+        let shared = Arc::new(Shared::default());
+        {
+            let mut seen = shared.seen();
+            seen.ready = vec![false; specs.len()];
+            seen.done = vec![false; specs.len()];
+            seen.ended = vec![false; specs.len()];
+            seen.stop_points = vec![None; specs.len()];
+        }
+        let mut workers = Vec::new();
+        let mut readers = Vec::new();
+        for (i, spec) in specs.iter().enumerate() {
+            let lease = spec.lease_ms.to_string();
+            let name = format!("name={}", spec.name);
+            let mut args = vec![
+                spec.config.to_str().unwrap(),
+                "history",
+                &spec.key,
+                &resource.url,
+                &resource.key,
+                "120",
+                &lease,
+                &name,
+            ];
+            args.extend(spec.options.iter().map(String::as_str));
+            let mut worker = Worker::spawn_with_stdin(&args);
+            let mut lines = worker.take_lines();
+            let (shared, name, key) = (shared.clone(), spec.name.clone(), spec.key.clone());
+            readers.push(tokio::spawn(async move {
+                while let Ok(Some(line)) = lines.next_line().await {
+                    let event = history::parse_line(&name, &key, &line);
+                    let mut seen = shared.seen();
+                    match event {
+                        Some(Event::Ready) => seen.ready[i] = true,
+                        Some(Event::Done) => seen.done[i] = true,
+                        Some(Event::StopPoint { fence }) => {
+                            seen.stop_points[i] = Some((fence, monotonic_ns()));
+                        }
+                        Some(event @ Event::Error { .. }) => {
+                            seen.raw_errors.push(format!("{name} {line}"));
+                            if let Event::Error { op, kind, .. } = &event {
+                                seen.samples
+                                    .entry(format!("{op} {kind}"))
+                                    .or_insert_with(|| format!("{name}: {line}"));
+                            }
+                            seen.history.apply(&event);
+                        }
+                        Some(event) => {
+                            seen.history.apply(&event);
+                        }
+                        None => seen.unparsed.push(format!("{name}: {line}")),
+                    }
+                    drop(seen);
+                    shared.changed.notify_waiters();
+                }
+                shared.seen().ended[i] = true;
+                shared.changed.notify_waiters();
+            }));
+            workers.push(worker);
+        }
+        let load = Load {
+            specs,
+            workers,
+            readers,
+            shared,
+            faults: Mutex::new(Vec::new()),
+            resource: resource.clone(),
+            started: 0,
+        };
+        load.until("every worker is ready", READY_WITHIN, |s| {
+            s.ready.iter().all(|r| *r).then_some(())
+        })
+        .await;
+        Load {
+            started: monotonic_ns(),
+            ..load
+        }
+    }
+
+    /// Waits until `check` finds what it looks for in what the workers printed.
+    ///
+    /// # Panics
+    ///
+    /// After `within`, with `what`; or when a worker ended before it said `done`.
+    pub(crate) async fn until<T>(
+        &self,
+        what: &str,
+        within: Duration,
+        mut check: impl FnMut(&Seen) -> Option<T>,
+    ) -> T {
+        let deadline = tokio::time::Instant::now() + within;
+        loop {
+            let notified = self.shared.changed.notified();
+            tokio::pin!(notified);
+            notified.as_mut().enable();
+            {
+                let seen = self.shared.seen();
+                if let Some(found) = check(&seen) {
+                    return found;
+                }
+                if let Some(i) = (0..self.specs.len()).find(|&i| seen.ended[i] && !seen.done[i]) {
+                    panic!(
+                        "worker {} exited early (waiting for: {what}); unparsed output: {:?}",
+                        self.specs[i].name, seen.unparsed
+                    );
+                }
+            }
+            if tokio::time::timeout_at(deadline, notified).await.is_err() {
+                let seen = self.shared.seen();
+                panic!(
+                    "not within {within:?}: {what} (grants so far {}, errors {:?})",
+                    seen.history.grants(),
+                    seen.history.errors()
+                );
+            }
+        }
+    }
+
+    /// Waits until `n` sections started after `at` (by anyone).
+    pub(crate) async fn grants_after(&self, at: u64, n: usize, within: Duration) {
+        self.until(&format!("{n} grants after the fault"), within, |s| {
+            (s.history.grants_after(at) >= n).then_some(())
+        })
+        .await;
+    }
+
+    /// Waits until the worker `name` was granted the lock after `at`.
+    pub(crate) async fn granted_to(&self, name: &str, at: u64, within: Duration) {
+        self.until(&format!("a grant to {name} after the fault"), within, |s| {
+            s.history.first_grant_after(at, Some(name)).map(|_| ())
+        })
+        .await;
+    }
+
+    /// Lets the workers run for `d`.
+    pub(crate) async fn run_for(&self, d: Duration) {
+        tokio::time::sleep(d).await;
+    }
+
+    /// Records a fault that hit everyone (`worker` `None`) or one worker.
+    pub(crate) fn fault(&self, label: &str, begin: u64, end: u64, worker: Option<&str>) {
+        self.record(
+            label,
+            begin,
+            end,
+            Recovery::AfterEnd(worker.map(str::to_owned)),
+        );
+    }
+
+    /// Records a fault that stopped the holder `worker`.
+    pub(crate) fn holder_fault(&self, label: &str, begin: u64, end: u64, worker: &str) {
+        self.record(
+            label,
+            begin,
+            end,
+            Recovery::OthersAfterBegin(worker.to_owned()),
+        );
+    }
+
+    fn record(&self, label: &str, begin: u64, end: u64, recovery: Recovery) {
+        self.faults
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .push(Fault {
+                label: label.to_owned(),
+                begin,
+                end,
+                recovery,
+            });
+    }
+
+    /// The process id of the worker `name`.
+    pub(crate) fn pid(&self, name: &str) -> u32 {
+        let i = self.index(name);
+        self.workers[i].pid()
+    }
+
+    fn index(&self, name: &str) -> usize {
+        self.specs
+            .iter()
+            .position(|s| s.name == name)
+            .unwrap_or_else(|| panic!("no worker {name}"))
+    }
+
+    /// Waits until the worker `name` reached its stop point; returns its token and when the
+    /// test read the line.
+    pub(crate) async fn stop_point(&self, name: &str, within: Duration) -> (u64, u64) {
+        let i = self.index(name);
+        self.until(&format!("{name} reaches its stop point"), within, |s| {
+            s.stop_points[i]
+        })
+        .await
+    }
+
+    /// Tells every worker to stop, waits until they did, and checks what they recorded.
+    pub(crate) async fn finish(mut self, scenario: &str) -> Outcome {
+        for worker in &mut self.workers {
+            worker.tell("stop");
+        }
+        self.until("every worker is done", DONE_WITHIN, |s| {
+            s.done.iter().all(|d| *d).then_some(())
+        })
+        .await;
+        for reader in std::mem::take(&mut self.readers) {
+            tokio::time::timeout(Duration::from_secs(10), reader)
+                .await
+                .expect("a worker's output ends after it is done")
+                .unwrap();
+        }
+        let finished = monotonic_ns();
+        let (history, samples, unparsed, raw_errors) = {
+            let mut seen = self.shared.seen();
+            (
+                std::mem::take(&mut seen.history),
+                std::mem::take(&mut seen.samples),
+                std::mem::take(&mut seen.unparsed),
+                std::mem::take(&mut seen.raw_errors),
+            )
+        };
+        let faults = std::mem::take(&mut *self.faults.lock().unwrap());
+        if let Some(dir) = std::env::var_os("HISTORY_DUMP_DIR") {
+            dump(dir.as_ref(), scenario, &faults, &raw_errors, &history);
+        }
+        let log = self.resource.log().await;
+        Outcome::new(
+            scenario,
+            history,
+            faults,
+            &log,
+            samples,
+            unparsed,
+            finished - self.started,
+        )
+    }
+}
+
+/// Writes what a scenario recorded to `dir/<scenario>.txt`: its faults, the workers' error
+/// lines and the sections, one a line, for a closer look than the table gives.
+fn dump(dir: &std::path::Path, scenario: &str, faults: &[Fault], errors: &[String], h: &History) {
+    let mut text = String::new();
+    for f in faults {
+        text.push_str(&format!("fault {} {} {:?}\n", f.begin, f.end, f.label));
+    }
+    for e in errors {
+        text.push_str(&format!("{e}\n"));
+    }
+    for s in h.sections() {
+        text.push_str(&format!(
+            "cs {} {} {} {} {} {:?} {}\n",
+            s.worker, s.owner, s.fence, s.start, s.end, s.write, s.lost
+        ));
+    }
+    let name: String = scenario
+        .chars()
+        .map(|c| if c.is_ascii_alphanumeric() { c } else { '_' })
+        .collect();
+    let path = dir.join(format!("{name}.txt"));
+    std::fs::write(&path, text).unwrap_or_else(|e| panic!("cannot write {}: {e}", path.display()));
+}
+
+/// The figures of a finished scenario.
+#[derive(Debug)]
+pub(crate) struct Outcome {
+    pub(crate) row: Row,
+    pub(crate) history: History,
+    pub(crate) overlaps: Vec<Overlap>,
+    pub(crate) resource: ResourceCheck,
+    pub(crate) fence_inversions: usize,
+    /// First message of each error kind.
+    pub(crate) samples: BTreeMap<String, String>,
+    pub(crate) unparsed: Vec<String>,
+    /// How long the load ran.
+    pub(crate) ran: Duration,
+    /// How long the faults lasted, summed (instantaneous ones count 0).
+    pub(crate) faulted: Duration,
+    /// The recovery time after each fault, in ms.
+    pub(crate) recoveries: String,
+}
+
+impl Outcome {
+    fn new(
+        scenario: &str,
+        history: History,
+        faults: Vec<Fault>,
+        log: &[LogEntry],
+        samples: BTreeMap<String, String>,
+        unparsed: Vec<String>,
+        ran_ns: u64,
+    ) -> Outcome {
+        let overlaps = history.overlaps();
+        let resource = ResourceCheck::of(log);
+        let each: Vec<Option<u64>> = faults
+            .iter()
+            .map(|f| match &f.recovery {
+                Recovery::AfterEnd(worker) => history.first_grant_after(f.end, worker.as_deref()),
+                Recovery::OthersAfterBegin(holder) => {
+                    history.first_grant_to_others_after(f.begin, holder)
+                }
+            })
+            .collect();
+        let recovery = (!faults.is_empty()).then(|| {
+            let longest = if each.iter().any(Option::is_none) {
+                None
+            } else {
+                each.iter()
+                    .flatten()
+                    .max()
+                    .map(|&ns| Duration::from_nanos(ns))
+            };
+            (longest, faults.len())
+        });
+        let row = Row {
+            scenario: scenario.to_owned(),
+            faults: describe(&faults),
+            grants: history.grants(),
+            overlaps: overlaps.len(),
+            stale_accepted: resource.stale_accepted,
+            stale_rejected: resource.stale_rejected,
+            errors: history.errors().clone(),
+            recovery,
+        };
+        let faulted = faults.iter().map(|f| f.end - f.begin).sum();
+        let recoveries = each
+            .iter()
+            .map(|r| r.map_or("never".to_owned(), |ns| format!("{:.1}", ns as f64 / 1e6)))
+            .collect::<Vec<_>>()
+            .join(", ");
+        Outcome {
+            row,
+            fence_inversions: history.fence_inversions(),
+            history,
+            faulted: Duration::from_nanos(faulted),
+            recoveries,
+            overlaps,
+            resource,
+            samples,
+            unparsed,
+            ran: Duration::from_nanos(ran_ns),
+        }
+    }
+
+    /// Overlapping pairs in which neither holder had been told by the end of its section that
+    /// the lock was lost.
+    pub(crate) fn overlaps_unnoticed(&self) -> usize {
+        let s = self.history.sections();
+        self.overlaps
+            .iter()
+            .filter(|o| !s[o.first].lost && !s[o.second].lost)
+            .count()
+    }
+
+    /// Sections whose write the resource accepted, by the workers' account.
+    pub(crate) fn accepted_by_workers(&self) -> usize {
+        self.history
+            .sections()
+            .iter()
+            .filter(|s| s.write == history::Write::Accepted)
+            .count()
+    }
+
+    /// More figures, one line.
+    pub(crate) fn notes(&self) -> String {
+        let lost = self.history.sections().iter().filter(|s| s.lost).count();
+        let mut by_worker: BTreeMap<&str, usize> = BTreeMap::new();
+        for s in self.history.sections() {
+            *by_worker.entry(&s.worker).or_default() += 1;
+        }
+        let by_worker = by_worker
+            .iter()
+            .map(|(w, n)| format!("{w} {n}"))
+            .collect::<Vec<_>>()
+            .join(", ");
+        let bypass = self.history.longest_bypass().map_or("-".to_owned(), |b| {
+            format!(
+                "{} ({} waited {:.2} s)",
+                b.others,
+                b.worker,
+                b.waited.as_secs_f64()
+            )
+        });
+        format!(
+            "{}: ran {:.1} s, faults lasted {:.1} s; grants by worker: {by_worker}; most grants to \
+             others between two of one worker: {bypass}; recovery after each fault (ms): {}; \
+             sections ending with the holder told lost: {lost}; overlapping pairs \
+             neither holder was told of: {}; token inversions: {}; writes accepted: {} (workers' \
+             account {})",
+            self.row.scenario,
+            self.ran.as_secs_f64(),
+            self.faulted.as_secs_f64(),
+            self.recoveries,
+            self.overlaps_unnoticed(),
+            self.fence_inversions,
+            self.resource.accepted,
+            self.accepted_by_workers(),
+        )
+    }
+
+    /// Asserts what every scenario must show: no stale write accepted, and the workers' and
+    /// the resource's accounts agree.
+    pub(crate) fn assert_fenced(&self) {
+        assert_eq!(
+            self.resource.stale_accepted, 0,
+            "{}: the resource accepted stale writes",
+            self.row.scenario
+        );
+        assert_eq!(
+            self.resource.accepted,
+            self.accepted_by_workers(),
+            "{}: the resource's log and the workers disagree on accepted writes",
+            self.row.scenario
+        );
+        assert!(
+            self.unparsed.is_empty(),
+            "{}: workers printed unexpected lines: {:?}",
+            self.row.scenario,
+            self.unparsed
+        );
+    }
+
+    /// Asserts what a scenario in which every holder keeps its lease must show: no overlap,
+    /// no write rejected (tokens grew with every grant), no stale write accepted.
+    pub(crate) fn assert_leases_kept(&self, min_grants: usize) {
+        self.assert_fenced();
+        assert!(
+            self.row.grants >= min_grants,
+            "{}: only {} grants",
+            self.row.scenario,
+            self.row.grants
+        );
+        let s = self.history.sections();
+        let shown: Vec<_> = self
+            .overlaps
+            .iter()
+            .take(5)
+            .map(|o| (&s[o.first], &s[o.second]))
+            .collect();
+        assert!(
+            self.overlaps.is_empty(),
+            "{}: {} overlapping critical sections, e.g. {shown:#?}",
+            self.row.scenario,
+            self.overlaps.len()
+        );
+        assert_eq!(
+            self.resource.stale_rejected, 0,
+            "{}: writes were rejected as stale although no holder lost its lease",
+            self.row.scenario
+        );
+        assert_eq!(
+            self.fence_inversions, 0,
+            "{}: tokens did not grow with the grants",
+            self.row.scenario
+        );
+    }
+}
+
+/// The faults, grouped by label: `label xN`.
+fn describe(faults: &[Fault]) -> String {
+    let mut counted: Vec<(&str, usize)> = Vec::new();
+    for f in faults {
+        match counted.iter_mut().find(|(l, _)| *l == f.label) {
+            Some((_, n)) => *n += 1,
+            None => counted.push((&f.label, 1)),
+        }
+    }
+    if counted.is_empty() {
+        return "none".to_owned();
+    }
+    counted
+        .iter()
+        .map(|(l, n)| {
+            if *n == 1 {
+                (*l).to_owned()
+            } else {
+                format!("{l} x{n}")
+            }
+        })
+        .collect::<Vec<_>>()
+        .join("; ")
+}
+
+/// Prints the table of `outcomes`, their notes and one sample message per error kind, in one
+/// write.
+pub(crate) fn print_table(outcomes: &[&Outcome]) {
+    let rows: Vec<Row> = outcomes.iter().map(|o| o.row.clone()).collect();
+    let mut text = String::from("\n");
+    text.push_str(&history::table(&rows));
+    for o in outcomes {
+        text.push_str(&format!("  {}\n", o.notes()));
+        for sample in o.samples.values() {
+            let short: String = sample.chars().take(220).collect();
+            text.push_str(&format!("    e.g. {short}\n"));
+        }
+    }
+    print!("{text}");
+}
+
+/// A configuration file for the workers in `dir`, named `name.toml`.
+pub(crate) fn config(
+    dir: &std::path::Path,
+    name: &str,
+    topology: &lock_runtime::Topology,
+    watchdog: Duration,
+    extra: &str,
+) -> PathBuf {
+    let path = dir.join(format!("{name}.toml"));
+    crate::common::write_config(&path, topology, watchdog, extra);
+    path
+}
+
+/// Three workers on one key with the same configuration and lease.
+pub(crate) fn trio(config: &std::path::Path, key: &str, lease_ms: u64) -> Vec<WorkerSpec> {
+    ["w0", "w1", "w2"]
+        .iter()
+        .map(|n| WorkerSpec::new(n, config, key, lease_ms))
+        .collect()
+}
