@@ -550,6 +550,7 @@ async fn history_stall_single_server_debug_sleep_and_sigstop() {
     let outcome = load.finish("single, server stalled").await;
     print_table(&[&outcome]);
     outcome.assert_leases_kept(50);
+    outcome.assert_fair(30);
 }
 
 /// A holder stopped longer than its lease: `w0` (500 ms lease) reaches its stop point in its
@@ -662,6 +663,7 @@ async fn history_failover_kill_sentinel_master() {
     let outcome = load.finish("sentinel, master killed").await;
     print_table(&[&outcome]);
     outcome.assert_leases_kept(20);
+    outcome.assert_fair(30);
 }
 
 /// Proxied cluster, two phases on the lock's master: four replies dropped at its proxy (the
@@ -721,6 +723,8 @@ async fn history_failover_kill_proxied_cluster_master_after_dropped_replies() {
     print_table(&[&dropped, &failover]);
     dropped.assert_leases_kept(50);
     failover.assert_leases_kept(20);
+    dropped.assert_fair(30);
+    failover.assert_fair(30);
 }
 
 /// Master-replicas (no failover): the master is killed and restarted 1 s later, empty (nothing
@@ -752,4 +756,5 @@ async fn history_restart_static_master_after_a_kill() {
     let outcome = load.finish("master-replicas, master restarted").await;
     print_table(&[&outcome]);
     outcome.assert_leases_kept(20);
+    outcome.assert_fair(30);
 }

@@ -594,6 +594,23 @@ impl Outcome {
 
     /// Asserts what a scenario in which every holder keeps its lease must show: no overlap,
     /// no write rejected (tokens grew with every grant), no stale write accepted.
+    /// No worker is passed over by more than `max_bypass` grants to others between two grants
+    /// of its own: every waiting service hears the releases, also after the fault (a service
+    /// whose wake-up subscription was lost keeps missing its turns while the others take the
+    /// lock over and over).
+    pub(crate) fn assert_fair(&self, max_bypass: usize) {
+        if let Some(bypass) = self.history.longest_bypass() {
+            assert!(
+                bypass.others <= max_bypass,
+                "{}: {} waited {:?} while the others were granted the lock {} times",
+                self.row.scenario,
+                bypass.worker,
+                bypass.waited,
+                bypass.others
+            );
+        }
+    }
+
     pub(crate) fn assert_leases_kept(&self, min_grants: usize) {
         self.assert_fenced();
         assert!(
