@@ -102,13 +102,30 @@ fn with_error(item: TokenStream, error: Error) -> TokenStream {
 fn expand(args: TokenStream, function: &ItemFn) -> syn::Result<TokenStream> {
     let mut errors = Errors::default();
     let args = errors.take(LockArgs::parse(args));
-    if function.sig.asyncness.is_none() {
+    // An `async fn` of an `#[async_trait]` impl reaches us already rewritten (the impl's
+    // attribute runs first): lock inside the boxed future it returns.
+    let async_trait = function
+        .sig
+        .asyncness
+        .is_none()
+        .then(|| AsyncTraitFn::of(function))
+        .flatten();
+    if function.sig.asyncness.is_none() && async_trait.is_none() {
         errors.push(Error::new(
             function.sig.fn_token.span,
             "#[distributed_lock] can only be applied to an `async fn`; add `async` here",
         ));
     }
-    let result_type = errors.take(Output::of(&function.sig.output, &function.sig.ident));
+    let output_of_future: ReturnType;
+    let output = match &async_trait {
+        Some(shape) => {
+            let output = shape.output;
+            output_of_future = syn::parse_quote!(-> #output);
+            &output_of_future
+        }
+        None => &function.sig.output,
+    };
+    let result_type = errors.take(Output::of(output, &function.sig.ident));
     let key = args
         .as_ref()
         .and_then(|args| errors.take(KeyTemplate::parse(&args.key, &Bindings::of(&function.sig))));
@@ -216,7 +233,10 @@ fn expand(args: TokenStream, function: &ItemFn) -> syn::Result<TokenStream> {
     // The body's statements go straight into the async block: wrapped in a block of their own,
     // a one-line body such as `{ Ok(id) }` would draw an `unused_braces` warning the user did
     // not cause.
-    let statements = &block.stmts;
+    let statements = match &async_trait {
+        Some(shape) => &shape.body.stmts,
+        None => &block.stmts,
+    };
     let body = quote! {
         async move {
             #return_hint
@@ -225,19 +245,112 @@ fn expand(args: TokenStream, function: &ItemFn) -> syn::Result<TokenStream> {
     };
     let run_locked = respan(quote!(#private::#run_fn), check_span);
     let run = quote_spanned!(check_span=> #run_locked(#spec_var, #body).await);
-    Ok(quote! {
-        #(#attrs)*
-        #vis #sig {
-            #error_check
-            let #key_var = #key_expr;
-            let #spec_var = #private::LockSpec {
-                key: #key_var,
-                lease: #lease,
-                wait: #wait,
-                on_lost: #on_lost,
-            };
-            #run
+    let locked = quote! {
+        #error_check
+        let #key_var = #key_expr;
+        let #spec_var = #private::LockSpec {
+            key: #key_var,
+            lease: #lease,
+            wait: #wait,
+            on_lost: #on_lost,
+        };
+        #run
+    };
+    Ok(match async_trait {
+        Some(_) => quote! {
+            #(#attrs)*
+            #vis #sig {
+                ::std::boxed::Box::pin(async move { #locked })
+            }
+        },
+        None => quote! {
+            #(#attrs)*
+            #vis #sig {
+                #locked
+            }
+        },
+    })
+}
+
+/// A method as `#[async_trait]` leaves it: `fn f(..) -> Pin<Box<dyn Future<Output = R> + ..>>`
+/// whose body ends in `Box::pin(async move { .. })`.
+struct AsyncTraitFn<'a> {
+    /// `R`.
+    output: &'a Type,
+    /// The block of the `async move`.
+    body: &'a syn::Block,
+}
+
+impl<'a> AsyncTraitFn<'a> {
+    fn of(function: &'a ItemFn) -> Option<Self> {
+        let ReturnType::Type(_, ret) = &function.sig.output else {
+            return None;
+        };
+        let output = boxed_future_output(ret)?;
+        let [syn::Stmt::Expr(syn::Expr::Call(call), None)] = function.block.stmts.as_slice() else {
+            return None;
+        };
+        let syn::Expr::Path(func) = &*call.func else {
+            return None;
+        };
+        let names: Vec<String> = func
+            .path
+            .segments
+            .iter()
+            .map(|s| s.ident.to_string())
+            .collect();
+        if !names.ends_with(&["Box".to_owned(), "pin".to_owned()]) {
+            return None;
         }
+        let [syn::Expr::Async(block)] = call.args.iter().collect::<Vec<_>>().as_slice() else {
+            return None;
+        };
+        Some(AsyncTraitFn {
+            output,
+            body: &block.block,
+        })
+    }
+}
+
+/// `R` of `Pin<Box<dyn Future<Output = R> + ..>>`.
+fn boxed_future_output(ty: &Type) -> Option<&Type> {
+    let pin = single_generic(ty, "Pin")?;
+    let Type::TraitObject(object) = single_generic(pin, "Box")? else {
+        return None;
+    };
+    object.bounds.iter().find_map(|bound| {
+        let syn::TypeParamBound::Trait(bound) = bound else {
+            return None;
+        };
+        let last = bound.path.segments.last()?;
+        let PathArguments::AngleBracketed(args) = &last.arguments else {
+            return None;
+        };
+        if last.ident != "Future" {
+            return None;
+        }
+        args.args.iter().find_map(|arg| match arg {
+            GenericArgument::AssocType(assoc) if assoc.ident == "Output" => Some(&assoc.ty),
+            _ => None,
+        })
+    })
+}
+
+/// `T` of `…Name<T>`.
+fn single_generic<'t>(ty: &'t Type, name: &str) -> Option<&'t Type> {
+    let Type::Path(path) = ty else {
+        return None;
+    };
+    let last = path.path.segments.last()?;
+    let PathArguments::AngleBracketed(args) = &last.arguments else {
+        return None;
+    };
+    if last.ident != name {
+        return None;
+    }
+    args.args.iter().find_map(|arg| match arg {
+        GenericArgument::Type(ty) => Some(ty),
+        _ => None,
     })
 }
 

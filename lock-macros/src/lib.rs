@@ -114,7 +114,8 @@ use proc_macro::TokenStream;
 /// # Requirements
 ///
 /// - An `async fn` with a body: a free fn, a method with any receiver, generic, with
-///   `impl Trait` or pattern parameters.
+///   `impl Trait` or pattern parameters; also a method of an `#[async_trait]` impl (the
+///   impl's attribute rewrites it first; the lock is taken inside the boxed future it returns).
 /// - Its return type can carry a lock error: acquisition errors (timeout, lost lock, backend
 ///   errors) are returned through it.
 ///   - `Result<T, E>` where `E: From<lock_runtime::LockError>` (also `std::result::Result`,

@@ -197,3 +197,36 @@ async fn a_plain_lock_call_opens_no_body() {
         .unwrap()
         .unwrap();
 }
+
+#[async_trait::async_trait]
+trait Ledger {
+    async fn post(&self, account: &str, seen: &Concurrency) -> Result<u64, AppError>;
+}
+
+struct Books;
+
+#[async_trait::async_trait]
+impl Ledger for Books {
+    #[distributed_lock(key = "books:<account>", wait = "5s")]
+    async fn post(&self, account: &str, seen: &Concurrency) -> Result<u64, AppError> {
+        seen.run().await;
+        Ok(lock_runtime::current_fence().expect("inside the locked body"))
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn async_trait_methods_run_under_the_lock() {
+    let locks = setup().await;
+    let account = unique_key("books");
+    let seen = Concurrency::default();
+    let books = Books;
+    let (a, b, c) = tokio::join!(
+        books.post(&account, &seen),
+        books.post(&account, &seen),
+        books.post(&account, &seen)
+    );
+    let fences = [a.unwrap(), b.unwrap(), c.unwrap()];
+    assert_eq!(seen.max(), 1, "the three posts ran at once");
+    assert!(fences.iter().all(|f| *f > 0));
+    assert!(!locks.is_locked(&format!("books:{account}")).await.unwrap());
+}
