@@ -106,6 +106,12 @@ impl Drop for Slot<'_> {
                 state.in_flight -= 1;
                 return;
             }
+            // operations whose caller gave up waiting are not sent
+            state.queued.retain(|(_, reply)| !reply.is_closed());
+            if state.queued.is_empty() {
+                state.in_flight -= 1;
+                return;
+            }
             let n = state.queued.len().min(MAX_OPS);
             state.queued.drain(..n).collect()
         };
@@ -135,12 +141,25 @@ impl Inner {
         let op = match self.take_slot_or_queue(op) {
             Ok(op) => op,
             Err(reply) => {
-                return reply.await.unwrap_or_else(|_| {
-                    Err(LockError::new(
+                // `response_timeout` bounds the operation from when it was asked for, also
+                // while it waits for a call to go out with (a queued operation whose caller
+                // gave up is not sent at all; one already sent is given back by its caller,
+                // like any operation whose reply did not come)
+                let timeout = self.config.response_timeout();
+                return match tokio::time::timeout(timeout, reply).await {
+                    Ok(Ok(reply)) => reply,
+                    Ok(Err(_)) => Err(LockError::new(
                         ErrorKind::Backend,
                         "the lock service stopped before Redis answered",
-                    ))
-                });
+                    )),
+                    Err(_) => Err(LockError::new(
+                        ErrorKind::Backend,
+                        format!(
+                            "redis did not answer within {timeout:?} (redis.response_timeout): \
+                             the calls before this one were still on their way"
+                        ),
+                    )),
+                };
             }
         };
         // (built only when a slot was taken: dropping a Slot frees one)
