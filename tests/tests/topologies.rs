@@ -3,9 +3,9 @@
 
 mod common;
 
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
-use common::{Fixture, Worker, eventually};
+use common::{Fixture, Monitor, Worker, acquires_of, eventually, lock_key};
 use lock_runtime::{ErrorKind, LockConfig, LockService, OwnerId, owner};
 use lock_tests::harness::{Kind, unique_key};
 
@@ -81,31 +81,61 @@ async fn the_watchdog_renews_until_release(fx: Fixture) {
     }
 }
 
+/// A waiter of another service sleeps until the release message wakes it. Its only other ways
+/// to wake are far off: the lock's lease (30 s, the hint it sleeps on) and its own wait (20 s).
+/// The release comes only once the waiter is subscribed (`PUBSUB NUMSUB` / `SHARDNUMSUB` on the
+/// node serving the channel) and has made the attempt that follows its subscription (its
+/// attempts are seen with `MONITOR`): before that, the attempt could take the turn the release
+/// gives it without any message.
 async fn a_release_wakes_a_waiter_of_another_service(fx: Fixture) {
     let holder = fx.service(LONG_WATCHDOG).await;
     let waiter = fx.service(LONG_WATCHDOG).await;
     let key = unique_key("wake");
+    let channel = format!("{}:ch", lock_key(&key));
     let guard = holder.lock(&key).await.unwrap();
+    let attempts = Monitor::start(fx.node_for(&lock_key(&key)), acquires_of(&key)).await;
     let (w, k) = (waiter.clone(), key.clone());
-    let waiting = tokio::spawn(async move {
-        w.lock(&k)
-            .wait(Duration::from_secs(20))
-            .await
-            .map(|g| (Instant::now(), g))
-    });
-    eventually("waiter registered", Duration::from_secs(5), || async {
-        holder.inspect(&key).await.unwrap().waiting_services == 1
-    })
+    let waiting = tokio::spawn(async move { w.lock(&k).wait(Duration::from_secs(20)).await });
+    eventually(
+        "the waiter subscribed to the wake-up channel",
+        Duration::from_secs(5),
+        || async { fx.subscribers(&channel) == 1 },
+    )
     .await;
-    tokio::time::sleep(Duration::from_millis(50)).await;
-    let released = Instant::now();
+    // Asleep once it has tried again after subscribing (a release before that attempt could
+    // hand it the turn without a message) and then stays quiet. Today a waiter makes a third
+    // attempt at once after the second: the line's head starts with a stored wake-up permit.
+    eventually(
+        "the waiter tried again after subscribing, then went quiet",
+        Duration::from_secs(5),
+        || async {
+            attempts.sync().await;
+            let n = attempts.count();
+            tokio::time::sleep(Duration::from_millis(200)).await;
+            attempts.sync().await;
+            n >= 2 && attempts.count() == n
+        },
+    )
+    .await;
+    let before = attempts.count();
+    assert_eq!(holder.inspect(&key).await.unwrap().waiting_services, 1);
     guard.release().await.unwrap();
-    let (acquired, g) = waiting.await.unwrap().unwrap();
-    // The lock had ~30 s of lease left: only the release message explains a wake-up now.
-    assert!(
-        acquired - released < Duration::from_secs(2),
-        "woke after {:?}",
-        acquired - released
+    let woken = tokio::time::timeout(Duration::from_secs(10), waiting)
+        .await
+        .unwrap_or_else(|_| {
+            panic!(
+                "the waiter still sleeps 10 s after the release: no wake-up message reached it \
+                 (acquire attempts: {:#?})",
+                attempts.lines()
+            )
+        });
+    let g = woken.unwrap().unwrap();
+    attempts.sync().await;
+    assert_eq!(
+        attempts.count(),
+        before + 1,
+        "woken once, the waiter claimed its turn in one attempt: {:#?}",
+        attempts.lines()
     );
     g.release().await.unwrap();
 }
