@@ -192,6 +192,8 @@ async fn the_annotated_path_runs_from_a_config_file(fx: Fixture) {
     );
 }
 
+/// With `sync_replicas`, every grant is followed by `WAIT`, a hand-off to a waiter of the same
+/// service included. Runs on a topology of its own: it stops the replicas.
 async fn replica_acknowledgements_guard_every_grant(fx: Fixture) {
     let replicas = match fx.kind() {
         Kind::Single => {
@@ -213,18 +215,43 @@ async fn replica_acknowledgements_guard_every_grant(fx: Fixture) {
     };
     let synced: LockService = LockService::connect(
         fx.config(LONG_WATCHDOG)
-            .with_sync_replicas(replicas, Duration::from_millis(500)),
+            .with_sync_replicas(replicas, Duration::from_millis(300)),
     )
     .await
     .unwrap();
     let key = unique_key("synced");
+
+    // Replicas running: a hand-off is delivered to the waiter as a grant.
     let guard = synced.lock(&key).await.unwrap();
-    // a hand-off is acknowledged too
     let (s, k) = (synced.clone(), key.clone());
     let next = tokio::spawn(async move { s.lock(&k).wait(Duration::from_secs(5)).await });
     common::waiters_in_line(&synced, &key, 1).await;
     guard.release().await.unwrap();
-    next.await.unwrap().unwrap().release().await.unwrap();
+    let handed = next.await.unwrap().unwrap();
+    assert!(!handed.is_lost());
+
+    // Replicas stopped: the same hand-off is made on Redis, but nobody acknowledges it, so it
+    // must not reach the waiter as a grant.
+    let (s, k) = (synced.clone(), key.clone());
+    let next = tokio::spawn(async move { s.lock(&k).wait(Duration::from_secs(5)).await });
+    common::waiters_in_line(&synced, &key, 1).await;
+    let stopped = fx.stop(&fx.topo().replica_ports());
+    handed.release().await.unwrap();
+    match next.await.unwrap() {
+        Ok(guard) => panic!(
+            "a hand-off no replica acknowledged was delivered as a grant (fence {})",
+            guard.fence()
+        ),
+        // the hand-off was given back and the waiter's own attempt was not acknowledged either
+        Err(e) => assert_eq!(e.kind(), ErrorKind::ReplicaSync, "{e}"),
+    }
+    eventually(
+        "the unacknowledged hand-off was given back",
+        Duration::from_secs(3),
+        || async { !synced.is_locked(&key).await.unwrap() },
+    )
+    .await;
+    drop(stopped);
 
     // more replicas than exist: every grant is given back with a distinct error
     let config: LockConfig = fx
@@ -245,21 +272,29 @@ async fn replica_acknowledgements_guard_every_grant(fx: Fixture) {
     .await;
 }
 
-/// One `#[tokio::test]` per body and topology, in a module per topology.
+/// One `#[tokio::test]` per body and topology, in a module per topology. `shared` bodies run on
+/// the topology the tests of this binary share; `own` bodies on one of their own (they stop
+/// processes or count connections).
 macro_rules! topology_tests {
-    ($($body:ident),* $(,)?) => {
-        topology_tests!(@kind single, Kind::Single, $($body),*);
-        topology_tests!(@kind master_slave, Kind::MasterReplicas, $($body),*);
-        topology_tests!(@kind sentinel, Kind::Sentinel, $($body),*);
-        topology_tests!(@kind cluster, Kind::Cluster, $($body),*);
+    (shared: [$($shared:ident),* $(,)?], own: [$($own:ident),* $(,)?] $(,)?) => {
+        topology_tests!(@kind single, Kind::Single, [$($shared),*], [$($own),*]);
+        topology_tests!(@kind master_slave, Kind::MasterReplicas, [$($shared),*], [$($own),*]);
+        topology_tests!(@kind sentinel, Kind::Sentinel, [$($shared),*], [$($own),*]);
+        topology_tests!(@kind cluster, Kind::Cluster, [$($shared),*], [$($own),*]);
     };
-    (@kind $module:ident, $kind:expr, $($body:ident),*) => {
+    (@kind $module:ident, $kind:expr, [$($shared:ident),*], [$($own:ident),*]) => {
         mod $module {
             use super::*;
             $(
                 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-                async fn $body() {
-                    super::$body(Fixture::shared($kind).await).await;
+                async fn $shared() {
+                    super::$shared(Fixture::shared($kind).await).await;
+                }
+            )*
+            $(
+                #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+                async fn $own() {
+                    super::$own(Fixture::own($kind.spec()).await).await;
                 }
             )*
         }
@@ -267,11 +302,13 @@ macro_rules! topology_tests {
 }
 
 topology_tests!(
-    processes_exclude_each_other_on_a_shared_counter,
-    an_owner_scope_reenters,
-    the_watchdog_renews_until_release,
-    a_release_wakes_a_waiter_of_another_service,
-    fencing_tokens_strictly_increase,
-    the_annotated_path_runs_from_a_config_file,
-    replica_acknowledgements_guard_every_grant,
+    shared: [
+        processes_exclude_each_other_on_a_shared_counter,
+        an_owner_scope_reenters,
+        the_watchdog_renews_until_release,
+        a_release_wakes_a_waiter_of_another_service,
+        fencing_tokens_strictly_increase,
+        the_annotated_path_runs_from_a_config_file,
+    ],
+    own: [replica_acknowledgements_guard_every_grant],
 );
