@@ -3,9 +3,10 @@
 
 mod common;
 
-use std::time::Duration;
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
 
-use common::{Fixture, Monitor, Worker, acquires_of, eventually, lock_key};
+use common::{Fixture, Monitor, Worker, acquires_of, eventually, lock_key, waiters_in_line};
 use lock_runtime::{ErrorKind, LockConfig, LockService, OwnerId, owner};
 use lock_tests::harness::{Kind, unique_key};
 
@@ -272,6 +273,299 @@ async fn replica_acknowledgements_guard_every_grant(fx: Fixture) {
     .await;
 }
 
+/// A release after the lease ran out is `NotHeld`, never a silent success, and it leaves the
+/// next holder's grant alone.
+async fn a_release_after_expiry_is_not_held(fx: Fixture) {
+    let a = fx.service(LONG_WATCHDOG).await;
+    let b = fx.service(LONG_WATCHDOG).await;
+    let key = unique_key("expired");
+    let lease = Duration::from_millis(200);
+    let guard = a.lock(&key).lease(lease).await.unwrap();
+    eventually(
+        "the lease ran out on Redis",
+        Duration::from_secs(3),
+        || async { !b.is_locked(&key).await.unwrap() },
+    )
+    .await;
+    let err = guard.release().await.unwrap_err();
+    assert_eq!(err.kind(), ErrorKind::NotHeld, "{err}");
+
+    // the same after another service took the lock
+    let guard = a.lock(&key).lease(lease).await.unwrap();
+    let other = b.lock(&key).wait(Duration::from_secs(3)).await.unwrap();
+    assert!(other.fence() > guard.fence());
+    let err = guard.release().await.unwrap_err();
+    assert_eq!(err.kind(), ErrorKind::NotHeld, "{err}");
+    let info = b.inspect(&key).await.unwrap();
+    assert_eq!(
+        info.fence,
+        Some(other.fence()),
+        "the late release freed the new grant"
+    );
+    other.release().await.unwrap();
+    assert!(!b.is_locked(&key).await.unwrap());
+}
+
+/// `lost()` fires when a fixed lease runs out: not before the lease (less the 1% + 2 ms drift
+/// margin) counted from before the grant was asked for, and before another service can take the
+/// lock.
+async fn lost_fires_when_the_lease_runs_out(fx: Fixture) {
+    let a = fx.service(LONG_WATCHDOG).await;
+    let b = fx.service(LONG_WATCHDOG).await;
+    let key = unique_key("lost");
+    let lease = Duration::from_millis(400);
+    let asked = Instant::now();
+    let guard = a.lock(&key).lease(lease).await.unwrap();
+    assert!(!guard.is_lost());
+    let why = tokio::time::timeout(Duration::from_secs(5), guard.lost())
+        .await
+        .expect("lost() fired");
+    let fired = asked.elapsed();
+    let margin = lease / 100 + Duration::from_millis(2);
+    assert!(
+        fired >= lease - margin,
+        "lost() fired {fired:?} after the grant was asked for, lease {lease:?}"
+    );
+    assert_eq!(why.kind(), ErrorKind::Lost);
+    assert!(why.to_string().contains(&key), "{why}");
+    assert!(guard.is_lost());
+    let other = b.lock(&key).wait(Duration::from_secs(3)).await.unwrap();
+    assert!(other.fence() > guard.fence());
+    assert_eq!(
+        guard.release().await.unwrap_err().kind(),
+        ErrorKind::NotHeld
+    );
+    other.release().await.unwrap();
+}
+
+/// Waiters of one service get the lock in arrival order, and a holder that releases and locks
+/// again queues behind them.
+async fn waiters_of_one_service_are_served_in_arrival_order(fx: Fixture) {
+    let locks = fx.service(LONG_WATCHDOG).await;
+    let key = unique_key("fifo");
+    let order = Arc::new(Mutex::new(Vec::new()));
+    let first = locks.lock(&key).await.unwrap();
+    let mut tasks = Vec::new();
+    for i in 0..5 {
+        let (l, k, order) = (locks.clone(), key.clone(), order.clone());
+        tasks.push(tokio::spawn(async move {
+            let g = l.lock(&k).wait(Duration::from_secs(10)).await.unwrap();
+            order.lock().unwrap().push(i);
+            g.release().await.unwrap();
+        }));
+        waiters_in_line(&locks, &key, i + 1).await;
+    }
+    first.release().await.unwrap();
+    let again = locks
+        .lock(&key)
+        .wait(Duration::from_secs(10))
+        .await
+        .unwrap();
+    order.lock().unwrap().push(99);
+    again.release().await.unwrap();
+    for t in tasks {
+        t.await.unwrap();
+    }
+    assert_eq!(*order.lock().unwrap(), vec![0, 1, 2, 3, 4, 99]);
+}
+
+/// A cancelled acquire leaves the lock free: a waiter dropped while it waits, and waiters
+/// cancelled at varying moments around the release that may hand them the lock (a grant that
+/// reaches a cancelled acquire is given back). The lock has a 30 s lease: only a give-back frees
+/// it within the 2 s each check waits.
+async fn a_cancelled_acquire_leaves_the_lock_free(fx: Fixture) {
+    let holder = fx.service(LONG_WATCHDOG).await;
+    let other = fx.service(LONG_WATCHDOG).await;
+    let check = fx.service(LONG_WATCHDOG).await;
+    let key = unique_key("cancel");
+
+    let guard = holder.lock(&key).await.unwrap();
+    for service in [&holder, &other] {
+        let (l, k) = (service.clone(), key.clone());
+        let waiter = tokio::spawn(async move { l.lock(&k).await });
+        waiters_in_line(service, &key, 1).await;
+        waiter.abort();
+        assert!(waiter.await.unwrap_err().is_cancelled());
+        waiters_in_line(service, &key, 0).await;
+    }
+    guard.release().await.unwrap();
+    let g = check.try_lock(&key).await.unwrap();
+    g.release().await.unwrap();
+
+    for round in 0u64..60 {
+        let guard = holder.lock(&key).await.unwrap();
+        let service = if round % 2 == 0 { &holder } else { &other };
+        let (l, k) = (service.clone(), key.clone());
+        let cancel_after = Duration::from_micros(round * 397 % 3_000);
+        let waiter = tokio::spawn(async move {
+            tokio::time::timeout(cancel_after, l.lock(&k))
+                .await
+                .ok()
+                .map(Result::unwrap)
+        });
+        tokio::time::sleep(Duration::from_micros(round * 211 % 2_000)).await;
+        guard.release().await.unwrap();
+        if let Some(g) = waiter.await.unwrap() {
+            g.release().await.unwrap();
+        }
+        match check.lock(&key).wait(Duration::from_secs(2)).await {
+            Ok(g) => g.release().await.unwrap(),
+            Err(e) => panic!("round {round}: a cancelled acquire kept the lock: {e}"),
+        }
+    }
+}
+
+/// An empty key is `InvalidKey` for every call, and nothing is written.
+async fn an_empty_key_is_invalid(fx: Fixture) {
+    let locks = fx.service(LONG_WATCHDOG).await;
+    let kinds = [
+        locks.lock("").await.map(drop),
+        locks.try_lock("").await.map(drop),
+        locks.lock("").run(|_| async {}).await,
+        locks.is_locked("").await.map(drop),
+        locks.inspect("").await.map(drop),
+        locks.force_unlock("").await.map(drop),
+        locks.is_held_by_current("").await.map(drop),
+    ]
+    .map(|r| r.unwrap_err().kind());
+    assert_eq!(kinds, [ErrorKind::InvalidKey; 7]);
+    assert!(!fx.exists(&lock_key("")), "an empty key wrote a lock");
+}
+
+/// After a lock is released nothing of it is left on Redis but its fence counter: no lock hash,
+/// no waiting set, no turn marker - also after other services waited (one gave up), turns were
+/// given and claimed and a hand-off happened. Asked of the node serving the lock.
+async fn only_the_fence_counter_outlives_a_released_lock(fx: Fixture) {
+    let a = fx.service(LONG_WATCHDOG).await;
+    let b = fx.service(LONG_WATCHDOG).await;
+    let c = fx.service(LONG_WATCHDOG).await;
+    let key = unique_key("leftovers");
+    let lock = lock_key(&key);
+    let (fence, queue, turn) = (
+        format!("{lock}:fence"),
+        format!("{lock}:wq"),
+        format!("{lock}:turn"),
+    );
+    let held = a.lock(&key).await.unwrap();
+    let waiter = |s: &LockService| {
+        let (s, k) = (s.clone(), key.clone());
+        tokio::spawn(async move {
+            let g = s.lock(&k).wait(Duration::from_secs(10)).await.unwrap();
+            g.release().await.unwrap();
+        })
+    };
+    let b_waits = waiter(&b);
+    let a_waits = waiter(&a);
+    waiters_in_line(&b, &key, 1).await;
+    waiters_in_line(&a, &key, 1).await;
+    let gave_up = c.lock(&key).wait(Duration::from_millis(200)).await;
+    assert_eq!(gave_up.unwrap_err().kind(), ErrorKind::Timeout);
+    assert!(fx.exists(&lock) && fx.exists(&queue), "held and waited for");
+    held.release().await.unwrap();
+    b_waits.await.unwrap();
+    a_waits.await.unwrap();
+    eventually(
+        "nothing but the fence counter left",
+        Duration::from_secs(3),
+        || async { !fx.exists(&lock) && !fx.exists(&queue) && !fx.exists(&turn) },
+    )
+    .await;
+    assert!(fx.exists(&fence), "the fence counter outlives the lock");
+    let left: Vec<String> = redis::cmd("KEYS")
+        .arg(format!("{lock}*"))
+        .query(&mut fx.conn_for(&lock))
+        .unwrap();
+    assert_eq!(left, vec![fence]);
+}
+
+/// Three services waiting for one lock get it in turn: every service has had it before any has
+/// it twice, and no service keeps it while others wait. (The services' waits end in the order
+/// they arrive, 50 ms apart: the turn order follows the waiters' deadlines, see
+/// `single_locks.rs` for a service that gets the turn back ahead of one waiting longer.)
+async fn three_services_take_turns(fx: Fixture) {
+    let holder = fx.service(LONG_WATCHDOG).await;
+    let services = [
+        ("a", fx.service(LONG_WATCHDOG).await),
+        ("b", fx.service(LONG_WATCHDOG).await),
+        ("c", fx.service(LONG_WATCHDOG).await),
+    ];
+    let key = unique_key("turns3");
+    let order = Arc::new(Mutex::new(Vec::new()));
+    let first = holder.lock(&key).await.unwrap();
+    let mut tasks = Vec::new();
+    let mut wait = Duration::from_secs(20);
+    for i in 0..2 {
+        for (name, service) in &services {
+            let (l, k, order, name) = (service.clone(), key.clone(), order.clone(), *name);
+            tasks.push(tokio::spawn(async move {
+                let g = l.lock(&k).wait(wait).await.unwrap();
+                order.lock().unwrap().push(name);
+                g.release().await.unwrap();
+            }));
+            waiters_in_line(service, &key, i + 1).await;
+            wait += Duration::from_millis(50);
+        }
+    }
+    eventually(
+        "three services registered as waiting",
+        Duration::from_secs(5),
+        || async { holder.inspect(&key).await.unwrap().waiting_services == 3 },
+    )
+    .await;
+    first.release().await.unwrap();
+    for t in tasks {
+        t.await.unwrap();
+    }
+    let order = order.lock().unwrap().clone();
+    for round in order.chunks(3) {
+        let mut names = round.to_vec();
+        names.sort_unstable();
+        assert_eq!(names, ["a", "b", "c"], "each service in turn: {order:?}");
+    }
+}
+
+/// A turn nobody claims runs out: a service registered as waiting ahead of B and went away
+/// (it gets the turn at the release); B gets the lock once the turn ran out (it can't before),
+/// long before the released lock's lease (30 s, what B sleeps on) or its own wait (20 s).
+async fn an_unclaimed_turn_runs_out(fx: Fixture) {
+    let a = fx.service(LONG_WATCHDOG).await;
+    let b = fx.service(LONG_WATCHDOG).await;
+    let key = unique_key("turn-expiry");
+    let queue = format!("{}:wq", lock_key(&key));
+    let held = a.lock(&key).await.unwrap();
+    let (s, k) = (b.clone(), key.clone());
+    let waiting = tokio::spawn(async move { s.lock(&k).wait(Duration::from_secs(20)).await });
+    waiters_in_line(&b, &key, 1).await;
+    eventually(
+        "B registered as waiting",
+        Duration::from_secs(5),
+        || async { a.inspect(&key).await.unwrap().waiting_services == 1 },
+    )
+    .await;
+    let mut con = fx.conn_for(&queue);
+    let (secs, micros): (u64, u64) = redis::cmd("TIME").query(&mut con).unwrap();
+    // B is registered until about its deadline (20 s away): this one comes first
+    let _: i64 = redis::cmd("ZADD")
+        .arg(&queue)
+        .arg(secs * 1000 + micros / 1000 + 5_000)
+        .arg("a-service-that-went-away")
+        .query(&mut con)
+        .unwrap();
+    let released = Instant::now();
+    held.release().await.unwrap();
+    let guard = tokio::time::timeout(Duration::from_secs(10), waiting)
+        .await
+        .expect("B still waits 10 s after the release: the unclaimed turn kept the lock")
+        .unwrap()
+        .unwrap();
+    let after = released.elapsed();
+    assert!(
+        after >= Duration::from_millis(250),
+        "B took the lock {after:?} after the release, inside the other service's turn"
+    );
+    guard.release().await.unwrap();
+}
+
 /// One `#[tokio::test]` per body and topology, in a module per topology. `shared` bodies run on
 /// the topology the tests of this binary share; `own` bodies on one of their own (they stop
 /// processes or count connections).
@@ -309,6 +603,14 @@ topology_tests!(
         a_release_wakes_a_waiter_of_another_service,
         fencing_tokens_strictly_increase,
         the_annotated_path_runs_from_a_config_file,
+        a_release_after_expiry_is_not_held,
+        lost_fires_when_the_lease_runs_out,
+        waiters_of_one_service_are_served_in_arrival_order,
+        a_cancelled_acquire_leaves_the_lock_free,
+        an_empty_key_is_invalid,
+        only_the_fence_counter_outlives_a_released_lock,
+        three_services_take_turns,
+        an_unclaimed_turn_runs_out,
     ],
     own: [replica_acknowledgements_guard_every_grant],
 );
