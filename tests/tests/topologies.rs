@@ -3,6 +3,7 @@
 
 mod common;
 
+use std::collections::HashMap;
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
@@ -566,6 +567,185 @@ async fn an_unclaimed_turn_runs_out(fx: Fixture) {
     guard.release().await.unwrap();
 }
 
+/// Counts the clients of every process of the topology by id (`CLIENT LIST`), without the
+/// connection asking.
+fn clients(fx: &Fixture) -> HashMap<u16, HashMap<String, HashMap<String, String>>> {
+    fx.topo()
+        .ports()
+        .into_iter()
+        .map(|port| {
+            let list: String = redis::cmd("CLIENT")
+                .arg("LIST")
+                .query(&mut fx.topo().conn(port))
+                .unwrap();
+            let clients = list
+                .lines()
+                .map(|line| {
+                    line.split(' ')
+                        .filter_map(|f| f.split_once('='))
+                        .map(|(k, v)| (k.to_owned(), v.to_owned()))
+                        .collect::<HashMap<_, _>>()
+                })
+                // not this connection, nor the sentinels' own (they find each other as time goes)
+                .filter(|c| c["cmd"] != "client|list" && !c["name"].starts_with("sentinel-"))
+                .map(|c| (c["id"].clone(), c))
+                .collect();
+            (port, clients)
+        })
+        .collect()
+}
+
+/// `n` keys whose locks share one cluster slot (so a cluster renews them in one call as well).
+fn keys_in_one_slot(prefix: &str, n: usize) -> Vec<String> {
+    use redis::cluster_routing::Slot;
+    let base = unique_key(prefix);
+    let slot = Slot::for_key(lock_key(&base));
+    let mut keys = vec![base.clone()];
+    let mut i = 0u64;
+    while keys.len() < n {
+        i += 1;
+        let key = format!("{base}:{i}");
+        if Slot::for_key(lock_key(&key)) == slot {
+            keys.push(key);
+        }
+    }
+    keys
+}
+
+/// One service keeps a fixed set of connections however many locks it holds and waits for: one
+/// subscriber connection for all its wake-up channels (per node serving them in a cluster) and
+/// one watchdog, which renews all the locks it holds in one call per period (per slot in a
+/// cluster). Connections a service opens, counted with `CLIENT LIST` on every process:
+///
+/// | mode | connections |
+/// |---|---|
+/// | single | 2 to the server: commands, subscriber |
+/// | master-slave | 2 to the master (commands, subscriber), none to the replicas |
+/// | sentinel | 2 to the master (commands, subscriber), 1 to each sentinel, none to the replicas |
+/// | cluster | 2 to each master (commands, subscriber); none or a few to replicas, for commands the cluster client sends to every node (`SCRIPT LOAD`), never to subscribe |
+///
+/// Runs on a topology of its own: other tests' connections would be counted.
+async fn one_subscriber_connection_and_one_watchdog_per_service(fx: Fixture) {
+    let helper = fx.service(LONG_WATCHDOG).await;
+    let waited: Vec<String> = (0..8).map(|i| unique_key(&format!("waited{i}"))).collect();
+    let mut helper_guards = Vec::new();
+    for key in &waited {
+        helper_guards.push(helper.lock(key).await.unwrap());
+    }
+    let before = clients(&fx);
+
+    let locks = fx.service(WATCHDOG).await;
+    let held = keys_in_one_slot("held", 8);
+    let mut guards = Vec::new();
+    for key in &held {
+        guards.push(locks.lock(key).await.unwrap());
+    }
+    let mut waiters = Vec::new();
+    for key in &waited {
+        let (l, k) = (locks.clone(), key.clone());
+        waiters.push(tokio::spawn(async move {
+            l.lock(&k).wait(Duration::from_secs(20)).await
+        }));
+    }
+    for key in &waited {
+        let channel = format!("{}:ch", lock_key(key));
+        eventually(
+            &format!("subscribed to {channel}"),
+            Duration::from_secs(5),
+            || async { fx.subscribers(&channel) == 1 },
+        )
+        .await;
+    }
+    let after = clients(&fx);
+
+    let masters: Vec<u16> = match fx.kind() {
+        Kind::Cluster => {
+            let mut m: Vec<u16> = fx
+                .topo()
+                .node_ports()
+                .into_iter()
+                .filter(|&p| !fx.topo().replica_ports().contains(&p))
+                .collect();
+            m.sort_unstable();
+            m
+        }
+        _ => vec![fx.topo().master_port()],
+    };
+    let mut subscriptions = 0;
+    let mut report = Vec::new();
+    for port in fx.topo().ports() {
+        let new: Vec<&HashMap<String, String>> = after[&port]
+            .iter()
+            .filter(|(id, _)| !before[&port].contains_key(*id))
+            .map(|(_, c)| c)
+            .collect();
+        report.push(format!("{port}: {new:#?}"));
+        let subscribers: Vec<_> = new
+            .iter()
+            .filter(|c| c["sub"] != "0" || c["ssub"] != "0")
+            .collect();
+        assert!(
+            subscribers.len() <= 1,
+            "port {port}: one subscriber connection per node: {new:#?}"
+        );
+        subscriptions += subscribers
+            .iter()
+            .map(|c| c["sub"].parse::<usize>().unwrap() + c["ssub"].parse::<usize>().unwrap())
+            .sum::<usize>();
+        let expected = if masters.contains(&port) {
+            2
+        } else if fx.topo().sentinel_ports().contains(&port) {
+            1
+        } else {
+            0
+        };
+        if fx.kind() == Kind::Cluster && expected == 0 {
+            // the cluster client sends some commands (`SCRIPT LOAD`) to every node, replicas
+            // included, and may connect to them for that
+            assert!(
+                new.len() <= 2 && subscribers.is_empty(),
+                "connections of one service on replica {port}: {new:#?}"
+            );
+            continue;
+        }
+        assert_eq!(
+            new.len(),
+            expected,
+            "connections of one service on port {port} ({:?}): {new:#?}",
+            fx.kind()
+        );
+    }
+    assert_eq!(subscriptions, waited.len(), "{report:#?}");
+
+    // The watchdog renews the held locks (one slot) in one call naming them all, every period.
+    let renewals = Monitor::start(fx.node_for(&lock_key(&held[0])), {
+        let first = format!("\"{}\"", lock_key(&held[0]));
+        move |line: &str| {
+            line.contains("\"EVALSHA\"") && line.contains(&first) && !line.contains(":fence\"")
+        }
+    })
+    .await;
+    eventually("three renewal rounds", Duration::from_secs(5), || async {
+        renewals.count() >= 3
+    })
+    .await;
+    for line in renewals.lines() {
+        for key in &held {
+            assert!(
+                line.contains(&format!("\"{}\"", lock_key(key))),
+                "a renewal call without {key}: {line}"
+            );
+        }
+    }
+    for g in guards {
+        g.release().await.unwrap();
+    }
+    drop(helper_guards);
+    for w in waiters {
+        w.await.unwrap().unwrap().release().await.unwrap();
+    }
+}
+
 /// One `#[tokio::test]` per body and topology, in a module per topology. `shared` bodies run on
 /// the topology the tests of this binary share; `own` bodies on one of their own (they stop
 /// processes or count connections).
@@ -612,5 +792,8 @@ topology_tests!(
         three_services_take_turns,
         an_unclaimed_turn_runs_out,
     ],
-    own: [replica_acknowledgements_guard_every_grant],
+    own: [
+        replica_acknowledgements_guard_every_grant,
+        one_subscriber_connection_and_one_watchdog_per_service,
+    ],
 );
