@@ -106,12 +106,26 @@ async fn an_owner_scope_reenters_and_frees_after_the_last_release() {
 async fn without_a_scope_every_lock_call_is_a_new_owner() {
     let fx = Fixture::single().await;
     let locks = fx.service(LONG_WATCHDOG).await;
-    let key = unique_key("fresh-owner");
+    let (key, other_key) = (unique_key("fresh-owner"), unique_key("fresh-owner"));
     let first = locks.lock(&key).await.unwrap();
     let second = locks.lock(&key).wait(Duration::from_millis(100)).await;
-    assert_eq!(second.unwrap_err().kind(), ErrorKind::Timeout);
-    assert_ne!(first.owner(), &OwnerId::new());
+    assert_eq!(
+        second.unwrap_err().kind(),
+        ErrorKind::Timeout,
+        "the second call is another owner: it waits"
+    );
+    let other = locks.lock(&other_key).await.unwrap();
+    assert_ne!(first.owner(), other.owner(), "two calls, two owners");
+    let holder = locks.inspect(&key).await.unwrap().holder.unwrap();
+    assert!(
+        holder.ends_with(first.owner().as_str()),
+        "{holder} holds {key}, not {}",
+        first.owner()
+    );
+    let holder = locks.inspect(&other_key).await.unwrap().holder.unwrap();
+    assert!(holder.ends_with(other.owner().as_str()), "{holder}");
     first.release().await.unwrap();
+    other.release().await.unwrap();
 }
 
 #[tokio::test]
