@@ -6,9 +6,9 @@ mod common;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use common::{Fixture, eventually, waiters_in_line};
+use common::{Fixture, evalsha_calls, eventually, waiters_in_line};
 use lock_runtime::{ErrorKind, LockService, OwnerId, owner};
-use lock_tests::harness::unique_key;
+use lock_tests::harness::{Spec, unique_key};
 use tokio::sync::Mutex;
 
 const WATCHDOG: Duration = Duration::from_millis(300);
@@ -301,44 +301,93 @@ async fn waiters_in_one_service_are_served_in_arrival_order_without_barging() {
     assert_eq!(*order.lock().await, vec![0, 1, 2, 3, 4, 99]);
 }
 
-#[tokio::test]
+/// A release wakes one waiter per service, not all: services A and B have five waiters each.
+/// When the holder (a third service) releases, the turn goes to one of them, whose head takes the
+/// lock; the other service's head looks again once that turn is over and waits on. Script calls
+/// are counted (`INFO commandstats`, on a server of its own) from the release until well after
+/// that second look: the release, one claim, one look again - never a call per waiter.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_release_wakes_one_waiter_per_service_not_all() {
-    let fx = Fixture::single().await;
-    let locks = fx.service(LONG_WATCHDOG).await;
+    let fx = Fixture::own(Spec::Single).await;
+    let holder = fx.service(LONG_WATCHDOG).await;
+    let services = [
+        ("a", fx.service(LONG_WATCHDOG).await),
+        ("b", fx.service(LONG_WATCHDOG).await),
+    ];
     let key = unique_key("herd");
-    let guard = locks.lock(&key).await.unwrap();
+    let guard = holder.lock(&key).await.unwrap();
+    let (granted_tx, mut granted) = tokio::sync::mpsc::unbounded_channel();
+    let done = Arc::new(tokio::sync::Semaphore::new(0));
     let mut tasks = Vec::new();
-    for i in 0..10 {
-        let (l, k) = (locks.clone(), key.clone());
-        tasks.push(tokio::spawn(async move {
-            l.lock(&k).wait(Duration::from_secs(10)).await
-        }));
-        waiters_in_line(&locks, &key, i + 1).await;
+    for (name, service) in &services {
+        for i in 0..5 {
+            let (l, k, tx, done, name) = (
+                service.clone(),
+                key.clone(),
+                granted_tx.clone(),
+                done.clone(),
+                *name,
+            );
+            tasks.push(tokio::spawn(async move {
+                let g = l.lock(&k).wait(Duration::from_secs(30)).await.unwrap();
+                tx.send(name).unwrap();
+                let _go = done.acquire().await.unwrap();
+                g.release().await.unwrap();
+            }));
+            waiters_in_line(service, &key, i + 1).await;
+        }
     }
+    eventually(
+        "both services registered as waiting",
+        Duration::from_secs(5),
+        || async { holder.inspect(&key).await.unwrap().waiting_services == 2 },
+    )
+    .await;
     let mut con = fx.redis();
-    let calls_before = evalsha_calls(&mut con);
-    guard.release().await.unwrap();
-    let next = tasks.remove(0).await.unwrap().unwrap();
-    let calls = evalsha_calls(&mut con) - calls_before;
-    // release (handing over) + at most a couple of attempts by the new head; never one per waiter
-    assert!(
-        calls <= 4,
-        "{calls} script calls for one hand-over with 10 waiters"
-    );
-    assert_eq!(locks.inspect(&key).await.unwrap().local_waiters, 9);
-    next.release().await.unwrap();
-    for t in tasks {
-        t.await.unwrap().unwrap().release().await.unwrap();
+    // the heads' attempts before the release are over once the count stays put
+    let deadline = Instant::now() + Duration::from_secs(5);
+    let mut before = evalsha_calls(&mut con);
+    loop {
+        tokio::time::sleep(Duration::from_millis(200)).await;
+        let now = evalsha_calls(&mut con);
+        if std::mem::replace(&mut before, now) == now {
+            break;
+        }
+        assert!(Instant::now() < deadline, "the waiters never went quiet");
     }
-}
 
-fn evalsha_calls(con: &mut redis::Connection) -> u64 {
-    let info: String = redis::cmd("INFO").arg("commandstats").query(con).unwrap();
-    info.lines()
-        .find_map(|l| l.strip_prefix("cmdstat_evalsha:calls="))
-        .and_then(|rest| rest.split(',').next())
-        .and_then(|n| n.parse().ok())
-        .unwrap_or(0)
+    guard.release().await.unwrap();
+    let first = tokio::time::timeout(Duration::from_secs(10), granted.recv())
+        .await
+        .expect("a waiter got the lock")
+        .unwrap();
+    // the other service's head looks again after the turn (250 ms): count well past that
+    let window = Instant::now() + Duration::from_secs(1);
+    let mut calls = 0;
+    while Instant::now() < window {
+        calls = evalsha_calls(&mut con) - before;
+        assert!(
+            calls <= 4,
+            "{calls} script calls after one release with 10 waiters in 2 services"
+        );
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    assert!(
+        calls >= 2,
+        "the release and the claim were counted: {calls}"
+    );
+    assert!(granted.try_recv().is_err(), "one grant");
+    let (winner, loser) = if first == "a" {
+        (&services[0].1, &services[1].1)
+    } else {
+        (&services[1].1, &services[0].1)
+    };
+    assert_eq!(winner.inspect(&key).await.unwrap().local_waiters, 4);
+    assert_eq!(loser.inspect(&key).await.unwrap().local_waiters, 5);
+    done.add_permits(tasks.len());
+    for t in tasks {
+        t.await.unwrap();
+    }
 }
 
 #[tokio::test]
