@@ -4,11 +4,44 @@
 mod common;
 
 use std::sync::atomic::{AtomicU32, Ordering};
+use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use common::{Fixture, eventually};
 use lock_runtime::{ErrorKind, LockError, LockService, distributed_lock};
 use lock_tests::harness::unique_key;
+use tokio::sync::Notify;
+use tracing::field::{Field, Visit};
+use tracing_subscriber::layer::{Context, Layer, SubscriberExt};
+
+/// Records the `WARN` events of the thread it is the default subscriber of, as text: message and
+/// fields.
+#[derive(Clone, Default)]
+struct Events(Arc<Mutex<Vec<String>>>);
+
+impl Events {
+    fn warnings(&self) -> Vec<String> {
+        self.0.lock().unwrap().clone()
+    }
+}
+
+struct Text<'a>(&'a mut String);
+
+impl Visit for Text<'_> {
+    fn record_debug(&mut self, field: &Field, value: &dyn std::fmt::Debug) {
+        self.0.push_str(&format!(" {}={value:?}", field.name()));
+    }
+}
+
+impl<S: tracing::Subscriber> Layer<S> for Events {
+    fn on_event(&self, event: &tracing::Event<'_>, _: Context<'_, S>) {
+        if *event.metadata().level() == tracing::Level::WARN {
+            let mut text = String::new();
+            event.record(&mut Text(&mut text));
+            self.0.lock().unwrap().push(text);
+        }
+    }
+}
 
 /// Short enough that renewal and loss show within a test.
 const WATCHDOG: Duration = Duration::from_millis(300);
@@ -196,15 +229,21 @@ async fn outlives_its_lease(key: &str, finished: &AtomicU32) -> Result<(), AppEr
 }
 
 #[distributed_lock(key = "short:<key>", lease = "300ms", on_lost = "continue")]
-async fn outlives_its_lease_and_continues(key: &str, finished: &AtomicU32) -> Result<(), AppError> {
-    tokio::time::sleep(Duration::from_millis(500)).await;
-    finished.fetch_add(1, Ordering::SeqCst);
-    Ok(())
+async fn outlives_its_lease_and_continues(
+    key: &str,
+    entered: &Notify,
+    taken: &Notify,
+) -> Result<u64, AppError> {
+    let fence = lock_runtime::current_fence().expect("inside a locked body");
+    entered.notify_one();
+    // runs on while another service holds the lock
+    taken.notified().await;
+    Ok(fence)
 }
 
 #[tokio::test]
 async fn a_lease_running_out_stops_the_body_unless_told_to_continue() {
-    setup().await;
+    let (_, probe) = setup().await;
     let key = unique_key("short");
     let finished = AtomicU32::new(0);
     let started = Instant::now();
@@ -216,10 +255,42 @@ async fn a_lease_running_out_stops_the_body_unless_told_to_continue() {
     );
     assert_eq!(finished.load(Ordering::SeqCst), 0, "the body was stopped");
 
-    outlives_its_lease_and_continues(&key, &finished)
-        .await
-        .unwrap();
-    assert_eq!(finished.load(Ordering::SeqCst), 1);
+    // on_lost = "continue": the body goes on after the lock was lost - really lost: another
+    // service takes it while the body runs - and a warning says so
+    let events = Events::default();
+    let _default =
+        tracing::subscriber::set_default(tracing_subscriber::registry().with(events.clone()));
+    let (entered, taken) = (Notify::new(), Notify::new());
+    let other = async {
+        entered.notified().await;
+        let guard = probe
+            .lock(format!("short:{key}"))
+            .wait(Duration::from_secs(3))
+            .await
+            .expect("another service takes the lock once the lease ran out");
+        taken.notify_one();
+        guard
+    };
+    let (body, other) = tokio::join!(
+        outlives_its_lease_and_continues(&key, &entered, &taken),
+        other
+    );
+    let body_fence = body.expect("the body ran to its end");
+    assert!(
+        other.fence() > body_fence,
+        "another holder ({}) while the body ({body_fence}) ran",
+        other.fence()
+    );
+    let warnings = events.warnings();
+    assert!(
+        warnings
+            .iter()
+            .any(|w| w.contains("lock lost while the body runs")
+                && w.contains(&format!("short:{key}"))
+                && w.contains("lease ran out")),
+        "warning of the loss: {warnings:#?}"
+    );
+    other.release().await.unwrap();
 }
 
 #[distributed_lock(key = "watched:<key>", wait = "1s")]

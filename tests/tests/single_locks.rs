@@ -6,9 +6,9 @@ mod common;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use common::{Fixture, eventually, waiters_in_line};
+use common::{Fixture, evalsha_calls, eventually, waiters_in_line};
 use lock_runtime::{ErrorKind, LockService, OwnerId, owner};
-use lock_tests::harness::unique_key;
+use lock_tests::harness::{Spec, unique_key};
 use tokio::sync::Mutex;
 
 const WATCHDOG: Duration = Duration::from_millis(300);
@@ -106,12 +106,26 @@ async fn an_owner_scope_reenters_and_frees_after_the_last_release() {
 async fn without_a_scope_every_lock_call_is_a_new_owner() {
     let fx = Fixture::single().await;
     let locks = fx.service(LONG_WATCHDOG).await;
-    let key = unique_key("fresh-owner");
+    let (key, other_key) = (unique_key("fresh-owner"), unique_key("fresh-owner"));
     let first = locks.lock(&key).await.unwrap();
     let second = locks.lock(&key).wait(Duration::from_millis(100)).await;
-    assert_eq!(second.unwrap_err().kind(), ErrorKind::Timeout);
-    assert_ne!(first.owner(), &OwnerId::new());
+    assert_eq!(
+        second.unwrap_err().kind(),
+        ErrorKind::Timeout,
+        "the second call is another owner: it waits"
+    );
+    let other = locks.lock(&other_key).await.unwrap();
+    assert_ne!(first.owner(), other.owner(), "two calls, two owners");
+    let holder = locks.inspect(&key).await.unwrap().holder.unwrap();
+    assert!(
+        holder.ends_with(first.owner().as_str()),
+        "{holder} holds {key}, not {}",
+        first.owner()
+    );
+    let holder = locks.inspect(&other_key).await.unwrap().holder.unwrap();
+    assert!(holder.ends_with(other.owner().as_str()), "{holder}");
     first.release().await.unwrap();
+    other.release().await.unwrap();
 }
 
 #[tokio::test]
@@ -287,44 +301,93 @@ async fn waiters_in_one_service_are_served_in_arrival_order_without_barging() {
     assert_eq!(*order.lock().await, vec![0, 1, 2, 3, 4, 99]);
 }
 
-#[tokio::test]
+/// A release wakes one waiter per service, not all: services A and B have five waiters each.
+/// When the holder (a third service) releases, the turn goes to one of them, whose head takes the
+/// lock; the other service's head looks again once that turn is over and waits on. Script calls
+/// are counted (`INFO commandstats`, on a server of its own) from the release until well after
+/// that second look: the release, one claim, one look again - never a call per waiter.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_release_wakes_one_waiter_per_service_not_all() {
-    let fx = Fixture::single().await;
-    let locks = fx.service(LONG_WATCHDOG).await;
+    let fx = Fixture::own(Spec::Single).await;
+    let holder = fx.service(LONG_WATCHDOG).await;
+    let services = [
+        ("a", fx.service(LONG_WATCHDOG).await),
+        ("b", fx.service(LONG_WATCHDOG).await),
+    ];
     let key = unique_key("herd");
-    let guard = locks.lock(&key).await.unwrap();
+    let guard = holder.lock(&key).await.unwrap();
+    let (granted_tx, mut granted) = tokio::sync::mpsc::unbounded_channel();
+    let done = Arc::new(tokio::sync::Semaphore::new(0));
     let mut tasks = Vec::new();
-    for i in 0..10 {
-        let (l, k) = (locks.clone(), key.clone());
-        tasks.push(tokio::spawn(async move {
-            l.lock(&k).wait(Duration::from_secs(10)).await
-        }));
-        waiters_in_line(&locks, &key, i + 1).await;
+    for (name, service) in &services {
+        for i in 0..5 {
+            let (l, k, tx, done, name) = (
+                service.clone(),
+                key.clone(),
+                granted_tx.clone(),
+                done.clone(),
+                *name,
+            );
+            tasks.push(tokio::spawn(async move {
+                let g = l.lock(&k).wait(Duration::from_secs(30)).await.unwrap();
+                tx.send(name).unwrap();
+                let _go = done.acquire().await.unwrap();
+                g.release().await.unwrap();
+            }));
+            waiters_in_line(service, &key, i + 1).await;
+        }
     }
+    eventually(
+        "both services registered as waiting",
+        Duration::from_secs(5),
+        || async { holder.inspect(&key).await.unwrap().waiting_services == 2 },
+    )
+    .await;
     let mut con = fx.redis();
-    let calls_before = evalsha_calls(&mut con);
-    guard.release().await.unwrap();
-    let next = tasks.remove(0).await.unwrap().unwrap();
-    let calls = evalsha_calls(&mut con) - calls_before;
-    // release (handing over) + at most a couple of attempts by the new head; never one per waiter
-    assert!(
-        calls <= 4,
-        "{calls} script calls for one hand-over with 10 waiters"
-    );
-    assert_eq!(locks.inspect(&key).await.unwrap().local_waiters, 9);
-    next.release().await.unwrap();
-    for t in tasks {
-        t.await.unwrap().unwrap().release().await.unwrap();
+    // the heads' attempts before the release are over once the count stays put
+    let deadline = Instant::now() + Duration::from_secs(5);
+    let mut before = evalsha_calls(&mut con);
+    loop {
+        tokio::time::sleep(Duration::from_millis(200)).await;
+        let now = evalsha_calls(&mut con);
+        if std::mem::replace(&mut before, now) == now {
+            break;
+        }
+        assert!(Instant::now() < deadline, "the waiters never went quiet");
     }
-}
 
-fn evalsha_calls(con: &mut redis::Connection) -> u64 {
-    let info: String = redis::cmd("INFO").arg("commandstats").query(con).unwrap();
-    info.lines()
-        .find_map(|l| l.strip_prefix("cmdstat_evalsha:calls="))
-        .and_then(|rest| rest.split(',').next())
-        .and_then(|n| n.parse().ok())
-        .unwrap_or(0)
+    guard.release().await.unwrap();
+    let first = tokio::time::timeout(Duration::from_secs(10), granted.recv())
+        .await
+        .expect("a waiter got the lock")
+        .unwrap();
+    // the other service's head looks again after the turn (250 ms): count well past that
+    let window = Instant::now() + Duration::from_secs(1);
+    let mut calls = 0;
+    while Instant::now() < window {
+        calls = evalsha_calls(&mut con) - before;
+        assert!(
+            calls <= 4,
+            "{calls} script calls after one release with 10 waiters in 2 services"
+        );
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    assert!(
+        calls >= 2,
+        "the release and the claim were counted: {calls}"
+    );
+    assert!(granted.try_recv().is_err(), "one grant");
+    let (winner, loser) = if first == "a" {
+        (&services[0].1, &services[1].1)
+    } else {
+        (&services[1].1, &services[0].1)
+    };
+    assert_eq!(winner.inspect(&key).await.unwrap().local_waiters, 4);
+    assert_eq!(loser.inspect(&key).await.unwrap().local_waiters, 5);
+    done.add_permits(tasks.len());
+    for t in tasks {
+        t.await.unwrap();
+    }
 }
 
 #[tokio::test]
@@ -615,8 +678,16 @@ async fn a_failed_operation_fails_alone_also_in_a_shared_call() {
     let keys: Vec<String> = (0..32)
         .map(|i| unique_key(&format!("shared-{i}")))
         .collect();
-    let mut con = fx.redis();
-    let calls_before = evalsha_calls(&mut con);
+    // the lock operation calls (`ops.lua`) naming any of these keys
+    let ops_calls = common::Monitor::start(fx.topo().master_port(), {
+        let names: Vec<String> = keys
+            .iter()
+            .chain([&bad])
+            .map(|k| format!("\"lock:{{{k}}}:turn\""))
+            .collect();
+        move |line: &str| names.iter().any(|n| line.contains(n))
+    })
+    .await;
     let mut calls = tokio::task::JoinSet::new();
     for key in keys.iter().cloned().chain([bad.clone()]) {
         let locks = locks.clone();
@@ -639,13 +710,125 @@ async fn a_failed_operation_fails_alone_also_in_a_shared_call() {
             }
         }
     }
-    let calls = evalsha_calls(&mut con) - calls_before;
+    ops_calls.sync().await;
+    let lines = ops_calls.lines();
+    let bad_acquire = format!("\"lock:{{{bad}}}:turn\"");
+    let shared = lines
+        .iter()
+        .filter(|l| l.contains(&bad_acquire) && l.contains(" \"a\" "))
+        .map(|l| {
+            l.split(' ')
+                .nth(5)
+                .unwrap()
+                .trim_matches('"')
+                .parse::<usize>()
+                .unwrap()
+                / 4
+        })
+        .collect::<Vec<_>>();
     assert!(
-        calls < 33,
-        "33 acquires took {calls} script calls: none were shared"
+        shared.len() == 1 && shared[0] > 1,
+        "the bad key's acquire went out in one call with others (operations per call: \
+         {shared:?})"
+    );
+    // two go out at once, the rest together (up to 128 in a call); the failed acquire is then
+    // given back (one more call)
+    assert!(
+        lines.len() * 5 <= 34,
+        "33 acquires took {} calls: they were not shared",
+        lines.len()
     );
     assert_eq!(guards.len(), keys.len());
     for guard in guards {
         guard.release().await.unwrap();
     }
+}
+
+/// The README's figure: "64 concurrent callers share about one call per ten operations". 64
+/// tasks lock and release keys of their own; the script calls Redis ran (`INFO commandstats`, on
+/// a server of its own) are at most one per five operations.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn sixty_four_concurrent_callers_share_script_calls() {
+    const CALLERS: usize = 64;
+    const PAIRS: usize = 20;
+    let fx = Fixture::own(Spec::Single).await;
+    let locks = fx.service(LONG_WATCHDOG).await;
+    // the script is loaded and the connections are up before counting
+    locks
+        .lock(unique_key("warm-up"))
+        .await
+        .unwrap()
+        .release()
+        .await
+        .unwrap();
+    let mut con = fx.redis();
+    let calls_before = evalsha_calls(&mut con);
+    let start = Arc::new(tokio::sync::Barrier::new(CALLERS));
+    let mut tasks = tokio::task::JoinSet::new();
+    for i in 0..CALLERS {
+        let (locks, start) = (locks.clone(), start.clone());
+        tasks.spawn(async move {
+            let key = unique_key(&format!("batched-{i}"));
+            start.wait().await;
+            for _ in 0..PAIRS {
+                locks.lock(&key).await.unwrap().release().await.unwrap();
+            }
+        });
+    }
+    tasks.join_all().await;
+    let calls = evalsha_calls(&mut con) - calls_before;
+    let ops = CALLERS * PAIRS * 2;
+    println!("{ops} operations in {calls} script calls");
+    assert!(
+        calls as usize * 5 <= ops,
+        "{ops} operations of {CALLERS} concurrent callers took {calls} script calls"
+    );
+}
+
+/// A release gives the next turn to the service that has been registered as waiting longest
+/// (README: "the release gives the next turn to the longest-registered one ... so instances take
+/// turns"). Services A, B and C wait from the start; A has a second waiter with a shorter wait.
+/// Once A and B have had the lock, C - waiting all along - is next, not A again.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+#[ignore = "fails today: the turn goes to the lowest registration expiry, and a service's next \
+            waiter re-registers with its own (earlier) deadline right after its release yielded; \
+            order a, b, a, c"]
+async fn a_service_that_just_had_the_lock_does_not_get_the_turn_before_one_waiting_longer() {
+    let fx = Fixture::single().await;
+    let holder = fx.service(LONG_WATCHDOG).await;
+    let (a, b, c) = (
+        fx.service(LONG_WATCHDOG).await,
+        fx.service(LONG_WATCHDOG).await,
+        fx.service(LONG_WATCHDOG).await,
+    );
+    let key = unique_key("longest-waiting");
+    let order = Arc::new(Mutex::new(Vec::new()));
+    let first = holder.lock(&key).await.unwrap();
+    let mut tasks = Vec::new();
+    // (waits in ms; those of A, B and C end in the order they came, as their registrations do)
+    for (name, service, wait, in_line) in [
+        ("a", &a, 20_000, 1),
+        ("b", &b, 20_050, 1),
+        ("c", &c, 20_100, 1),
+        ("a", &a, 10_000, 2),
+    ] {
+        let (l, k, order) = (service.clone(), key.clone(), order.clone());
+        tasks.push(tokio::spawn(async move {
+            let g = l.lock(&k).wait(Duration::from_millis(wait)).await.unwrap();
+            order.lock().await.push(name);
+            g.release().await.unwrap();
+        }));
+        waiters_in_line(service, &key, in_line).await;
+    }
+    eventually(
+        "three services registered as waiting",
+        Duration::from_secs(5),
+        || async { holder.inspect(&key).await.unwrap().waiting_services == 3 },
+    )
+    .await;
+    first.release().await.unwrap();
+    for t in tasks {
+        t.await.unwrap();
+    }
+    assert_eq!(*order.lock().await, ["a", "b", "c", "a"]);
 }

@@ -350,3 +350,188 @@ impl Drop for Worker {
         let _ = self.child.wait();
     }
 }
+
+/// The Redis key of the lock `key` under the default prefix `lock:`, for keys without `{`, `}`
+/// or `%` (which are escaped inside the hash tag); its fence counter, waiting set, turn marker
+/// and wake-up channel are this followed by `:fence`, `:wq`, `:turn` and `:ch`.
+pub fn lock_key(key: &str) -> String {
+    format!("lock:{{{key}}}")
+}
+
+impl Fixture {
+    /// The port of the data node that serves the Redis key `redis_key` now: the master of its
+    /// slot (cluster), the master the sentinels name (sentinel), else the master.
+    pub fn node_for(&self, redis_key: &str) -> u16 {
+        let topo = self.topo();
+        match self.kind() {
+            Kind::Cluster => topo.master_for_slot(topo.key_slot(redis_key)),
+            Kind::Sentinel => topo.current_master(),
+            Kind::Single | Kind::MasterReplicas => topo.master_port(),
+        }
+    }
+
+    /// A blocking connection to the node serving `redis_key` (see [`Fixture::node_for`]).
+    pub fn conn_for(&self, redis_key: &str) -> redis::Connection {
+        self.topo().conn(self.node_for(redis_key))
+    }
+
+    /// Whether `redis_key` exists, asked of the node serving it.
+    pub fn exists(&self, redis_key: &str) -> bool {
+        let n: i64 = redis::cmd("EXISTS")
+            .arg(redis_key)
+            .query(&mut self.conn_for(redis_key))
+            .unwrap();
+        n == 1
+    }
+
+    /// How many clients are subscribed to the wake-up channel `channel` on the node serving it:
+    /// `PUBSUB NUMSUB`, or `PUBSUB SHARDNUMSUB` in a cluster (wake-ups use sharded pub/sub).
+    pub fn subscribers(&self, channel: &str) -> i64 {
+        let sub = match self.kind() {
+            Kind::Cluster => "SHARDNUMSUB",
+            _ => "NUMSUB",
+        };
+        let (_, n): (String, i64) = redis::cmd("PUBSUB")
+            .arg(sub)
+            .arg(channel)
+            .query(&mut self.conn_for(channel))
+            .unwrap();
+        n
+    }
+
+    /// SIGSTOPs the processes on `ports` until the returned value is dropped (SIGCONT).
+    pub fn stop(&self, ports: &[u16]) -> Stopped {
+        let mut stopped = Stopped { pids: Vec::new() };
+        for &port in ports {
+            let pid = self
+                .topo()
+                .pid(port)
+                .unwrap_or_else(|| panic!("no process on port {port}"));
+            let pid = libc::pid_t::try_from(pid).unwrap();
+            // SAFETY: signals a child process of this test by its pid.
+            let rc = unsafe { libc::kill(pid, libc::SIGSTOP) };
+            assert_eq!(rc, 0, "SIGSTOP {pid}: {}", std::io::Error::last_os_error());
+            stopped.pids.push(pid);
+        }
+        stopped
+    }
+}
+
+/// Processes stopped with SIGSTOP ([`Fixture::stop`]); dropping it continues them (SIGCONT),
+/// also when the test fails while they are stopped.
+#[must_use = "dropping it continues the processes at once"]
+pub struct Stopped {
+    pids: Vec<libc::pid_t>,
+}
+
+impl Drop for Stopped {
+    fn drop(&mut self) {
+        for &pid in &self.pids {
+            // SAFETY: signals a child process of this test by its pid.
+            unsafe { libc::kill(pid, libc::SIGCONT) };
+        }
+    }
+}
+
+/// The number of `EVALSHA` calls the server has run (`cmdstat_evalsha` of `INFO
+/// commandstats`); panics when the stat is missing (no script ever ran) rather than reading 0.
+pub fn evalsha_calls(con: &mut redis::Connection) -> u64 {
+    let info: String = redis::cmd("INFO").arg("commandstats").query(con).unwrap();
+    info.lines()
+        .find_map(|l| l.strip_prefix("cmdstat_evalsha:calls="))
+        .and_then(|rest| rest.split(',').next())
+        .and_then(|n| n.parse().ok())
+        .unwrap_or_else(|| panic!("no cmdstat_evalsha calls in INFO commandstats:\n{info}"))
+}
+
+/// The commands one node runs, seen through `MONITOR` from when [`Monitor::start`] returns
+/// until the monitor is dropped: the lines that match a filter are kept.
+pub struct Monitor {
+    port: u16,
+    lines: std::sync::Arc<std::sync::Mutex<Vec<String>>>,
+    /// The last `ECHO` seen (see [`Monitor::sync`]).
+    echo: std::sync::Arc<std::sync::Mutex<String>>,
+    task: tokio::task::JoinHandle<()>,
+}
+
+impl Monitor {
+    /// Starts `MONITOR` on the node on `port` and keeps the lines `keep` accepts. Returns once
+    /// the server confirmed: every command it runs from then on is seen.
+    pub async fn start(port: u16, keep: impl Fn(&str) -> bool + Send + 'static) -> Monitor {
+        use tokio::io::AsyncWriteExt;
+        let mut stream = tokio::net::TcpStream::connect(("127.0.0.1", port))
+            .await
+            .unwrap();
+        stream.write_all(b"MONITOR\r\n").await.unwrap();
+        let mut lines = BufReader::new(stream).lines();
+        let ok = tokio::time::timeout(Duration::from_secs(5), lines.next_line())
+            .await
+            .expect("MONITOR answered")
+            .unwrap();
+        assert_eq!(ok.as_deref(), Some("+OK"), "MONITOR on port {port}");
+        let kept = std::sync::Arc::new(std::sync::Mutex::new(Vec::new()));
+        let echo = std::sync::Arc::new(std::sync::Mutex::new(String::new()));
+        let (sink, echoed) = (kept.clone(), echo.clone());
+        let task = tokio::spawn(async move {
+            while let Ok(Some(line)) = lines.next_line().await {
+                if line.contains("\"ECHO\"") {
+                    *echoed.lock().unwrap() = line.clone();
+                }
+                if keep(&line) {
+                    sink.lock().unwrap().push(line);
+                }
+            }
+        });
+        Monitor {
+            port,
+            lines: kept,
+            echo,
+            task,
+        }
+    }
+
+    /// Returns once every command the node ran before this call has been seen: the monitor's
+    /// stream lags behind the replies other clients get.
+    pub async fn sync(&self) {
+        let marker = lock_tests::harness::unique_key("monitor-sync");
+        let mut con = redis::Client::open(Topology::url_of(self.port))
+            .unwrap()
+            .get_multiplexed_async_connection()
+            .await
+            .unwrap();
+        let _: String = redis::cmd("ECHO")
+            .arg(&marker)
+            .query_async(&mut con)
+            .await
+            .unwrap();
+        eventually("MONITOR caught up", Duration::from_secs(5), || async {
+            self.echo.lock().unwrap().contains(&marker)
+        })
+        .await;
+    }
+
+    /// How many lines matched so far.
+    pub fn count(&self) -> usize {
+        self.lines.lock().unwrap().len()
+    }
+
+    /// The lines that matched so far.
+    pub fn lines(&self) -> Vec<String> {
+        self.lines.lock().unwrap().clone()
+    }
+}
+
+impl Drop for Monitor {
+    fn drop(&mut self) {
+        self.task.abort();
+    }
+}
+
+/// A `MONITOR` filter: the lock operations (`ops.lua`) that acquire the lock `key` - an
+/// `EVALSHA` naming the lock's turn marker with an `"a"` (acquire) operation.
+pub fn acquires_of(key: &str) -> impl Fn(&str) -> bool + Send + 'static {
+    let turn = format!("\"{}:turn\"", lock_key(key));
+    move |line: &str| {
+        line.contains("\"EVALSHA\"") && line.contains(&turn) && line.contains(" \"a\" ")
+    }
+}
