@@ -405,9 +405,8 @@ impl Local {
         let wake = Arc::new(Notify::new());
         let mut keys = self.lock();
         let state = keys.entry(key.clone()).or_default();
-        if state.waiters.is_empty() {
-            wake.notify_one();
-        }
+        // No wake-up permit for a new head: it attempts before it first waits anyway, and a
+        // stored permit would only make it attempt once more for nothing.
         state.waiters.push_back(Waiter {
             id,
             owner: owner.clone(),

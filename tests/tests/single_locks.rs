@@ -790,9 +790,6 @@ async fn sixty_four_concurrent_callers_share_script_calls() {
 /// turns"). Services A, B and C wait from the start; A has a second waiter with a shorter wait.
 /// Once A and B have had the lock, C - waiting all along - is next, not A again.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-#[ignore = "fails today: the turn goes to the lowest registration expiry, and a service's next \
-            waiter re-registers with its own (earlier) deadline right after its release yielded; \
-            order a, b, a, c"]
 async fn a_service_that_just_had_the_lock_does_not_get_the_turn_before_one_waiting_longer() {
     let fx = Fixture::single().await;
     let holder = fx.service(LONG_WATCHDOG).await;

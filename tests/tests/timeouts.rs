@@ -138,8 +138,6 @@ async fn a_stalled_server_ends_a_connect_at_the_connect_timeout(fx: Fixture) {
 /// "Every operation is bounded by `response_timeout`" (README) also under load: six concurrent
 /// acquires against a stalled server each fail within about the timeout.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-#[ignore = "fails today: calls beyond the two a service keeps on their way queue for the next \
-            one, so they fail after up to twice the response timeout (800 ms for 400 ms)"]
 async fn concurrent_calls_against_a_stalled_server_end_at_the_response_timeout() {
     let fx = Fixture::own(lock_tests::harness::Spec::Single).await;
     let locks = LockService::connect(

@@ -79,8 +79,11 @@ local function grant(lock, fence_key, owner, grant_id, lease_ms)
 end
 
 -- Registers this service as having waiters for the lock until now + horizon_ms (a number).
+-- The next turn goes to the lowest score, so a registration only ever moves a service back
+-- (GT): a service whose release just yielded, and so went to the back of the line, cannot move
+-- ahead again by its next waiter's attempt.
 local function register_waiter(queue, horizon_ms)
-  redis.call('zadd', queue, now_ms() + horizon_ms, service)
+  redis.call('zadd', queue, 'gt', now_ms() + horizon_ms, service)
   if redis.call('pttl', queue) < horizon_ms then
     redis.call('pexpire', queue, horizon_ms)
   end
