@@ -374,15 +374,7 @@ impl<'a> Output<'a> {
         if let Type::ImplTrait(_) = inner {
             return Err(Error::new_spanned(ret, IMPL_TRAIT_MESSAGE));
         }
-        let named_result = match inner {
-            Type::Path(path) => path
-                .path
-                .segments
-                .last()
-                .is_some_and(|last| last.ident == "Result"),
-            _ => false,
-        };
-        if named_result && let Ok(result) = ResultType::of(output, name) {
+        if let Some(result) = ResultType::of(ret, inner) {
             if let Some(Type::Tuple(tuple)) = result.error {
                 // the orphan rule forbids `impl From<LockError> for (A, B)` in any crate
                 let written = quote!(#tuple).to_string();
@@ -413,46 +405,33 @@ struct ResultType<'a> {
 }
 
 impl<'a> ResultType<'a> {
-    fn of(output: &'a ReturnType, name: &syn::Ident) -> syn::Result<Self> {
-        let ReturnType::Type(_, ret) = output else {
-            return Err(Error::new(name.span(), RETURN_TYPE_MESSAGE));
+    /// `ret` (`inner` without parentheses) when it is `…Result<T, E>` or `…Result<T>`.
+    fn of(ret: &'a Type, inner: &'a Type) -> Option<Self> {
+        let Type::Path(path) = inner else {
+            return None;
         };
-        let mut inner: &Type = ret;
-        while let Type::Paren(paren) = inner {
-            inner = &paren.elem;
-        }
-        let last = match inner {
-            Type::Path(path) => path.path.segments.last(),
-            _ => None,
-        };
-        let Some(last) = last.filter(|last| last.ident == "Result") else {
-            return Err(Error::new_spanned(ret, RETURN_TYPE_MESSAGE));
-        };
-        let args = match &last.arguments {
-            PathArguments::AngleBracketed(args) => Some(&args.args),
-            _ => None,
+        let last = path.path.segments.last().filter(|last| last.ident == "Result")?;
+        let PathArguments::AngleBracketed(args) = &last.arguments else {
+            return None;
         };
         let types: Vec<&Type> = args
-            .into_iter()
-            .flatten()
+            .args
+            .iter()
             .filter_map(|arg| match arg {
                 GenericArgument::Type(ty) => Some(ty),
                 _ => None,
             })
             .collect();
-        match types.as_slice() {
-            [_] => Ok(Self {
-                ret,
-                name: &last.ident,
-                error: None,
-            }),
-            [_, error] => Ok(Self {
-                ret,
-                name: &last.ident,
-                error: Some(error),
-            }),
-            _ => Err(Error::new_spanned(ret, RETURN_TYPE_MESSAGE)),
-        }
+        let error = match types.as_slice() {
+            [_] => None,
+            [_, error] => Some(*error),
+            _ => return None,
+        };
+        Some(Self {
+            ret,
+            name: &last.ident,
+            error,
+        })
     }
 }
 
