@@ -36,7 +36,11 @@ if [ "${1:-}" = "--all" ]; then
 fi
 
 # The single-node suites; the partition test is left out (it takes ~10 s and is about lost(),
-# which the guard tests cover too).
+# which the guard tests cover too). The baseline is checked here rather than by cargo-mutants,
+# whose baseline runs only the mutated package's own tests (none of these).
+echo "==> baseline: the suites pass on the unmutated tree"
+cargo nextest run -p lock-tests \
+    -E 'binary(single_locks) | binary(call_chains) | (binary(safety) & !test(partitioned))'
 exec cargo mutants "${files[@]}" "${select[@]}" \
-    --test-package lock-tests --test-tool nextest --timeout 180 \
+    --baseline=skip --test-package=lock-tests --test-tool nextest --timeout 180 \
     -- -E 'binary(single_locks) | binary(call_chains) | (binary(safety) & !test(partitioned))'
