@@ -410,7 +410,11 @@ impl<'a> ResultType<'a> {
         let Type::Path(path) = inner else {
             return None;
         };
-        let last = path.path.segments.last().filter(|last| last.ident == "Result")?;
+        let last = path
+            .path
+            .segments
+            .last()
+            .filter(|last| last.ident == "Result")?;
         let PathArguments::AngleBracketed(args) = &last.arguments else {
             return None;
         };

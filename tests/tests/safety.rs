@@ -446,6 +446,8 @@ async fn a_service_that_stopped_waiting_does_not_keep_the_turn() {
                     .await
                     .unwrap_err();
                 assert_eq!(gave_up.kind(), ErrorKind::Timeout);
+                // it left the waiting set before its caller got the error
+                assert_eq!(a.inspect(&key).await.unwrap().waiting_services, 1);
             }
             "cancelled" => {
                 let attempt = c.lock(&key).wait(Duration::from_secs(10)).into_future();
@@ -487,4 +489,53 @@ async fn a_service_that_stopped_waiting_does_not_keep_the_turn() {
         );
         guard.release().await.unwrap();
     }
+}
+
+/// A release that never reached Redis (the connection was cut while it was on its way) is sent
+/// again once Redis can be reached: the lock is not left held for its whole lease.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_release_that_never_reached_redis_is_sent_again() {
+    let fx = Fixture::own(Spec::Single).await;
+    let proxy = Proxy::start(Topology::addr_of(fx.topo().master_port())).await;
+    let a = LockService::connect(
+        LockConfig::single(proxy.url()).with_response_timeout(Duration::from_millis(300)),
+    )
+    .await
+    .unwrap();
+    let b = fx.service(LONG).await;
+    let key = unique_key("unsent");
+    let held = a.lock(&key).lease(LONG).await.unwrap();
+    proxy.blackhole(true);
+    let err = held.release().await.unwrap_err();
+    assert_eq!(err.kind(), ErrorKind::Backend, "{err}");
+    assert!(
+        b.is_locked(&key).await.unwrap(),
+        "the release never arrived"
+    );
+    proxy.reset_all().await;
+    proxy.blackhole(false);
+    // with the release lost, this would wait for the 30 s lease
+    let guard = b
+        .lock(&key)
+        .wait(Duration::from_secs(5))
+        .await
+        .expect("the release is sent again once Redis can be reached");
+    guard.release().await.unwrap();
+}
+
+/// A release that Redis answers with "not held" (another service force-unlocked the lock while
+/// this one still counted on it) is `NotHeld`, never a silent success.
+#[tokio::test]
+async fn a_release_redis_finds_not_held_is_not_held() {
+    let fx = Fixture::single().await;
+    let (a, b) = (fx.service(LONG).await, fx.service(LONG).await);
+    let key = unique_key("broken-by-other");
+    let guard = a.lock(&key).await.unwrap();
+    assert!(b.force_unlock(&key).await.unwrap());
+    assert!(
+        !guard.is_lost(),
+        "this service learns it at the next renewal only"
+    );
+    let err = guard.release().await.unwrap_err();
+    assert_eq!(err.kind(), ErrorKind::NotHeld, "{err}");
 }
