@@ -458,6 +458,23 @@ fn child_process_helper() {
         // SAFETY: raising a signal on our own process.
         unsafe { libc::kill(libc::getpid(), libc::SIGKILL) };
     }
+    if mode == "restart-port-taken" {
+        // A killed node whose port another process takes and never frees.
+        let topo = rt.block_on(Topology::start(Spec::Single));
+        let port = topo.master_port();
+        topo.kill(port);
+        let _squatter = TcpListener::bind((Ipv4Addr::LOCALHOST, port)).unwrap();
+        let started = Instant::now();
+        let restarted = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
+            topo.restart_blocking(port);
+        }));
+        println!("HARNESS restart gave up after {:?}", started.elapsed());
+        assert!(
+            restarted.is_err(),
+            "restarted on a port another process holds"
+        );
+        return;
+    }
     if mode == "sigkill" {
         // Dies without unwinding or exit hooks, like a test binary killed on timeout.
         // SAFETY: raising a signal on our own process.
@@ -574,4 +591,139 @@ fn missing_server_binary_panics_with_the_install_hint() {
         "{}",
         run.output
     );
+}
+
+#[test]
+fn restart_on_a_port_that_stays_taken_fails_clearly() {
+    let run = run_child("restart-port-taken", &[("HARNESS_READY_TIMEOUT_SECS", "2")]);
+    assert!(run.success, "{}", run.output);
+    assert!(
+        run.output
+            .contains("was taken by another process while the node was down")
+            && run.output.contains("was not freed within 2s"),
+        "{}",
+        run.output
+    );
+    let gave_up: f64 = run
+        .output
+        .lines()
+        .find_map(|l| {
+            l.split_once("HARNESS restart gave up after ")?
+                .1
+                .strip_suffix('s')?
+                .parse()
+                .ok()
+        })
+        .unwrap_or_else(|| panic!("no give-up line:\n{}", run.output));
+    assert!(gave_up < 5.0, "bounded by the deadline: {gave_up} s");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn restart_waits_out_another_server_on_its_port() {
+    let topo = Topology::start(Spec::Single).await;
+    let port = topo.master_port();
+    topo.kill(port);
+    // Another redis-server takes the port meanwhile: it answers PING like ours would.
+    let dir = tempfile::tempdir().unwrap();
+    let mut cmd = Command::new("redis-server");
+    cmd.args([
+        "--port",
+        &port.to_string(),
+        "--bind",
+        "127.0.0.1",
+        "--save",
+        "",
+    ])
+    .current_dir(dir.path())
+    .stdout(Stdio::null())
+    .stderr(Stdio::null());
+    let mut foreign = spawn_child(cmd).unwrap();
+    wait_for("the other server answers", || {
+        topo.try_conn(port)
+            .and_then(|mut c| redis::cmd("PING").query::<String>(&mut c))
+            .is_ok()
+    });
+    let foreign_pid = foreign.id();
+    let freed = thread::spawn(move || {
+        thread::sleep(Duration::from_millis(700));
+        let _ = foreign.kill();
+        let _ = foreign.wait();
+    });
+    let started = Instant::now();
+    topo.restart(port).await;
+    freed.join().unwrap();
+    assert!(
+        started.elapsed() >= Duration::from_millis(700),
+        "ready while the other server still held the port: {:?}",
+        started.elapsed()
+    );
+    let info: String = redis::cmd("INFO")
+        .arg("server")
+        .query(&mut topo.conn(port))
+        .unwrap();
+    let pid = topo.pid(port).unwrap();
+    assert_ne!(pid, foreign_pid);
+    assert!(info.contains(&format!("process_id:{pid}\r")), "{info}");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn restarted_master_is_ready_with_its_replicas_relinked() {
+    let topo = Topology::start(Spec::master_replicas()).await;
+    let master = topo.master_port();
+    topo.kill(master);
+    topo.restart(master).await;
+    // at once, no polling: the replicas are linked and acknowledge a write
+    for replica in topo.replica_ports() {
+        let info: String = redis::cmd("INFO")
+            .arg("replication")
+            .query(&mut topo.conn(replica))
+            .unwrap();
+        assert!(
+            info.contains(&format!("master_port:{master}\r"))
+                && info.contains("master_link_status:up"),
+            "replica {replica}: {info}"
+        );
+    }
+    let mut con = topo.conn(master);
+    let _: () = con.set(unique_key("harness:relinked"), 1).unwrap();
+    let acks: usize = redis::cmd("WAIT").arg(2).arg(1000).query(&mut con).unwrap();
+    assert_eq!(acks, 2);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn restarted_sentinel_is_ready_once_the_others_see_it_again() {
+    let topo = Topology::start(Spec::sentinel()).await;
+    let [victim, others @ ..] = &topo.sentinel_ports()[..] else {
+        unreachable!()
+    };
+    let flags_of_victim = |other: u16| -> Option<String> {
+        let known: Vec<Vec<String>> = redis::cmd("SENTINEL")
+            .arg("SENTINELS")
+            .arg(topo.master_name())
+            .query(&mut topo.conn(other))
+            .unwrap();
+        known.iter().find_map(|fields| {
+            let map: std::collections::HashMap<&str, &str> = fields
+                .chunks_exact(2)
+                .map(|kv| (kv[0].as_str(), kv[1].as_str()))
+                .collect();
+            (map.get("port") == Some(&&*victim.to_string())).then(|| map["flags"].to_owned())
+        })
+    };
+    topo.kill(*victim);
+    // the others notice it is gone (down-after-milliseconds)
+    wait_for("the other sentinels flag the killed one", || {
+        others
+            .iter()
+            .all(|&o| flags_of_victim(o).is_some_and(|f| f.contains("s_down")))
+    });
+    topo.restart(*victim).await;
+    for &other in others {
+        assert_eq!(
+            flags_of_victim(other).as_deref(),
+            Some("sentinel"),
+            "sentinel {other} still flags the restarted one"
+        );
+    }
+    assert_eq!(topo.current_master(), topo.master_port());
 }

@@ -11,6 +11,13 @@ use super::ports;
 use super::process::{self, Program};
 use super::util;
 
+/// How long one readiness probe waits for `INFO server`: whatever holds the port may accept
+/// connections and never answer.
+const PROBE_TIMEOUT: Duration = Duration::from_millis(250);
+
+/// How long a just-started process may take to answer or exit before a passed deadline counts.
+const START_GRACE: Duration = Duration::from_secs(1);
+
 /// What a node runs as.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub(crate) enum NodeKind {
@@ -212,6 +219,7 @@ impl Node {
     /// carries the tail of its log.
     pub(crate) fn wait_up(&mut self, timeout: Duration, may_move: bool) {
         let start = Instant::now();
+        let mut spawned = start;
         loop {
             let Some(child) = self.child.as_mut() else {
                 self.fail("is not running");
@@ -223,7 +231,16 @@ impl Node {
                     self.fail(&format!("exited during start-up ({status})"));
                 }
                 if start.elapsed() >= timeout {
-                    self.fail("its port stayed in use");
+                    let port = self.port;
+                    self.fail(&if may_move {
+                        format!("every port it was given was in use for {timeout:?}")
+                    } else {
+                        format!(
+                            "port {port} was taken by another process while the node was down \
+                             and was not freed within {timeout:?} (the node must come back on \
+                             its own port)"
+                        )
+                    });
                 }
                 if may_move {
                     self.pick_ports_and_spawn();
@@ -231,12 +248,16 @@ impl Node {
                     thread::sleep(Duration::from_millis(50));
                     self.spawn();
                 }
+                spawned = Instant::now();
                 continue;
             }
-            if util::process_id(self.port) == Some(pid) {
+            if util::process_id(self.port, PROBE_TIMEOUT) == Some(pid) {
                 return;
             }
-            if start.elapsed() >= timeout {
+            // A process started again a moment ago gets a little longer, to answer or to exit
+            // (and then say why): deciding at once would blame a port still held by another
+            // process on the node.
+            if start.elapsed() >= timeout && spawned.elapsed() >= START_GRACE {
                 self.fail(&format!(
                     "no answer from its own process within {timeout:?}"
                 ));

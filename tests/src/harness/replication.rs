@@ -36,7 +36,7 @@ pub(crate) fn start(root: &Path, replicas: usize, timeout: Duration) -> Vec<Node
 }
 
 /// Key the readiness check of a master-replicas topology writes on its master.
-const READY_KEY: &str = "harness:replicas-ready";
+pub(crate) const READY_KEY: &str = "harness:replicas-ready";
 
 /// Waits until `replicas` replicas acknowledge a write of `key` on `master` (`SET` then
 /// `WAIT`), which is exactly what a `WAIT` issued by a test needs. A replica the master already
@@ -106,4 +106,13 @@ pub(crate) fn wait_linked(replica: &Node, timeout: Duration) {
             replica.log_tail(30)
         );
     }
+}
+
+/// `true` when the node on `replica` is a replica of `master` with its link up.
+pub(crate) fn linked_to(replica: u16, master: u16) -> bool {
+    util::info(replica, "replication").is_some_and(|i| {
+        i.get("role").map(String::as_str) == Some("slave")
+            && i.get("master_port") == Some(&master.to_string())
+            && i.get("master_link_status").map(String::as_str) == Some("up")
+    })
 }

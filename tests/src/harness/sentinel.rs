@@ -113,3 +113,29 @@ pub(crate) fn agreed_new_master(sentinels: &[u16], old: u16) -> Option<u16> {
     }
     (util::role(first).as_deref() == Some("master")).then_some(first)
 }
+
+/// `true` once the sentinel on `port` names `master` (if given) as the master and every
+/// sentinel in `others` lists it again, without `s_down` or `disconnected` flags: a restarted
+/// sentinel answers at once, but counts for a quorum only from then on.
+pub(crate) fn rejoined(port: u16, others: &[u16], master: Option<u16>) -> bool {
+    if master.is_some() && master_addr(port) != master {
+        return false;
+    }
+    others.iter().all(|&other| {
+        let Ok(known) = util::query::<Vec<Vec<String>>>(
+            other,
+            redis::cmd("SENTINEL").arg("SENTINELS").arg(MASTER_NAME),
+        ) else {
+            return false;
+        };
+        known.iter().any(|fields| {
+            let field = |k: &str| {
+                fields
+                    .chunks_exact(2)
+                    .find(|kv| kv[0] == k)
+                    .map(|kv| kv[1].as_str())
+            };
+            field("port") == Some(&port.to_string()) && field("flags") == Some("sentinel")
+        })
+    })
+}

@@ -331,7 +331,14 @@ impl Topology {
     /// Starts the process on `port` again, with the same directory, config file and port (a
     /// running one is killed first), and waits until it is ready:
     ///
-    /// * single, masters, sentinels: answers `PING` (data is gone: nothing is persisted);
+    /// * always: the node's own new process answers on the port (`INFO server` names its pid).
+    ///   If another process took the port while the node was down, the restart waits for it to
+    ///   be freed and panics, saying so, when it is not within the deadline;
+    /// * single: nothing more (data is gone: nothing is persisted);
+    /// * the master of a master-replicas or sentinel topology (still the master the sentinels
+    ///   name): every running replica linked to it again and acknowledging a write;
+    /// * a sentinel: it names the master the other sentinels name, and each of them lists it
+    ///   without `s_down` / `disconnected` flags;
     /// * a replica of a master-replicas or sentinel topology: `REPLICAOF` the current master
     ///   (if that master runs) and `master_link_status:up`;
     /// * a cluster node: it rejoins from its `nodes.conf` and reports `cluster_state:ok`.
@@ -409,6 +416,24 @@ impl Inner {
         });
         let left = timeout.saturating_sub(started.elapsed());
         if kind == NodeKind::Sentinel {
+            let others: Vec<u16> = self
+                .running(NodeKind::Sentinel)
+                .into_iter()
+                .filter(|&p| p != port)
+                .collect();
+            let master = sentinel::vote(&others);
+            if util::poll_until(left, || {
+                sentinel::rejoined(port, &others, master).then_some(())
+            })
+            .is_err()
+            {
+                panic!(
+                    "restarted sentinel {port} did not rejoin within {timeout:?}: it names {:?} \
+                     (the others {master:?}), or not every other sentinel lists it as healthy\n{}",
+                    sentinel::master_addr(port),
+                    self.with_node(port, |n| n.log_tail(30))
+                );
+            }
             return;
         }
         let master = match self.spec {
@@ -442,7 +467,35 @@ impl Inner {
                 return;
             }
         };
-        if master == port || !self.running(NodeKind::Server).contains(&master) {
+        if master == port {
+            // The replicas reconnect to the restarted master by themselves (within about a
+            // second) and sync again; ready once every running one acknowledges a write.
+            let replicas: Vec<u16> = self
+                .running(NodeKind::Server)
+                .into_iter()
+                .filter(|&p| p != port)
+                .collect();
+            let relinked = util::poll_until(left, || {
+                replicas
+                    .iter()
+                    .all(|&r| replication::linked_to(r, port))
+                    .then_some(())
+            });
+            if relinked.is_err() {
+                panic!(
+                    "the replicas {replicas:?} did not link to the restarted master {port} within \
+                     {timeout:?}\n{}",
+                    self.log_tails(NodeKind::Server)
+                );
+            }
+            let left = timeout.saturating_sub(started.elapsed());
+            let state = self.lock();
+            if let Some(node) = state.servers.iter().find(|n| n.port == port) {
+                replication::wait_acknowledged(node, replicas.len(), replication::READY_KEY, left);
+            }
+            return;
+        }
+        if !self.running(NodeKind::Server).contains(&master) {
             return;
         }
         let state = self.lock();

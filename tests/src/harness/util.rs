@@ -44,9 +44,16 @@ pub(crate) fn query<T: redis::FromRedisValue>(
     cmd.query(&mut con)
 }
 
-/// The `process_id` the node on `port` reports in `INFO server`; `None` if it does not answer.
-pub(crate) fn process_id(port: u16) -> Option<u32> {
-    info(port, "server")?.get("process_id")?.parse().ok()
+/// The `process_id` the node on `port` reports in `INFO server`; `None` if it does not answer
+/// within `within` (a process that took the port and accepts connections without answering,
+/// or a stopped one, must not hold up a readiness poll for long).
+pub(crate) fn process_id(port: u16, within: Duration) -> Option<u32> {
+    let client = redis::Client::open(url(port)).ok()?;
+    let mut con = client.get_connection_with_timeout(within).ok()?;
+    con.set_read_timeout(Some(within)).ok()?;
+    con.set_write_timeout(Some(within)).ok()?;
+    let text: String = redis::cmd("INFO").arg("server").query(&mut con).ok()?;
+    parse_info(&text).get("process_id")?.parse().ok()
 }
 
 /// Parses `INFO` / `CLUSTER INFO` text into `field -> value`.

@@ -258,12 +258,21 @@ impl Worker {
         Worker::start(args, true)
     }
 
+    /// Starts another program of this crate the same way (e.g. `env!("CARGO_BIN_EXE_web-shop")`).
+    pub fn spawn_program(exe: &str, args: &[&str]) -> Worker {
+        Worker::start_program(exe, args, false)
+    }
+
     fn start(args: &[&str], stdin: bool) -> Worker {
-        let mut cmd = std::process::Command::new(env!("CARGO_BIN_EXE_lock-worker"));
+        Worker::start_program(env!("CARGO_BIN_EXE_lock-worker"), args, stdin)
+    }
+
+    fn start_program(exe: &str, args: &[&str], stdin: bool) -> Worker {
+        let mut cmd = std::process::Command::new(exe);
         cmd.args(args)
             .stdin(if stdin { Stdio::piped() } else { Stdio::null() })
             .stdout(Stdio::piped());
-        let mut child = spawn_child(cmd).expect("spawn lock-worker");
+        let mut child = spawn_child(cmd).unwrap_or_else(|e| panic!("spawn {exe}: {e}"));
         let stdout = tokio::process::ChildStdout::from_std(child.stdout.take().unwrap())
             .expect("register the worker's stdout with the runtime");
         let lines = BufReader::new(stdout).lines();
