@@ -539,3 +539,53 @@ async fn a_release_redis_finds_not_held_is_not_held() {
     let err = guard.release().await.unwrap_err();
     assert_eq!(err.kind(), ErrorKind::NotHeld, "{err}");
 }
+
+/// A re-entry without a lease inside a hold with a short lease keeps the lock alive (the
+/// watchdog renews it while that guard lives), also past the outer lease.
+#[tokio::test]
+async fn a_watched_re_entry_keeps_a_leased_hold_alive() {
+    let fx = Fixture::single().await;
+    let a = fx.service(Duration::from_millis(300)).await;
+    let b = fx.service(LONG).await;
+    let key = unique_key("watched-inner");
+    owner::scope(OwnerId::new(), async {
+        let outer = a
+            .lock(&key)
+            .lease(Duration::from_millis(300))
+            .await
+            .unwrap();
+        let inner = a.lock(&key).await.unwrap();
+        // three leases later the lock is still held and valid
+        tokio::time::sleep(Duration::from_millis(900)).await;
+        assert!(!inner.is_lost(), "the watchdog renewed it");
+        let busy = b.try_lock(&key).await.unwrap_err();
+        assert_eq!(busy.kind(), ErrorKind::Timeout, "{busy}");
+        inner.release().await.unwrap();
+        outer.release().await.unwrap();
+    })
+    .await;
+    assert!(!b.is_locked(&key).await.unwrap());
+}
+
+/// A re-entry that finds the grant gone on Redis (another service force-unlocked it) makes the
+/// old guards lost at once, not at their deadline, and takes a new grant.
+#[tokio::test]
+async fn a_re_entry_that_finds_the_grant_gone_marks_the_old_guards_lost() {
+    let fx = Fixture::single().await;
+    let (a, b) = (fx.service(LONG).await, fx.service(LONG).await);
+    let key = unique_key("gone-on-reentry");
+    owner::scope(OwnerId::new(), async {
+        let first = a.lock(&key).await.unwrap();
+        assert!(b.force_unlock(&key).await.unwrap());
+        assert!(!first.is_lost(), "not known here yet");
+        let second = a.lock(&key).await.unwrap();
+        assert!(first.is_lost(), "the re-entry found the grant gone");
+        assert!(second.fence() > first.fence());
+        assert_eq!(
+            first.release().await.unwrap_err().kind(),
+            ErrorKind::NotHeld
+        );
+        second.release().await.unwrap();
+    })
+    .await;
+}
