@@ -78,27 +78,7 @@ if ! have "$redis_server" || ! have "$redis_cli"; then
         --no-install-recommends redis-server redis-sentinel redis-tools
 fi
 
-# --- the build -------------------------------------------------------------------------------
-
-target_dir="$(cargo metadata --format-version 1 --no-deps |
-    sed -n 's/.*"target_directory":"\([^"]*\)".*/\1/p')"
-bin="$target_dir/debug"
-built=1
-for b in shop-axum shop-actix loadgen; do
-    [ -x "$bin/$b" ] || built=0
-done
-if [ "$built" = 1 ]; then
-    step "building shop-axum, shop-actix and loadgen (cargo dev profile; seconds unless sources changed)"
-else
-    step "building shop-axum, shop-actix and loadgen (cargo dev profile): a first build compiles" \
-        "about 160 crates, about 2 minutes on 2 cores; scripts/test.sh reuses it"
-fi
-# No -p: cargo then resolves the dependencies' features for the whole workspace, as the test suite
-# does (with -p lock-examples, tokio would lack lock-tests' "process" and everything built on
-# tokio would be compiled again for the tests).
-cargo build --bin shop-axum --bin shop-actix --bin loadgen
-
-# --- a private Redis ------------------------------------------------------------------------
+# --- clean-up --------------------------------------------------------------------------------
 
 work="$(mktemp -d "${TMPDIR:-/tmp}/lock-demo.XXXXXX")"
 pids=()
@@ -119,6 +99,28 @@ cleanup() {
 trap cleanup EXIT
 trap 'exit 130' INT
 trap 'exit 143' TERM
+
+# --- the build -------------------------------------------------------------------------------
+
+target_dir="$(cargo metadata --format-version 1 --no-deps |
+    sed -n 's/.*"target_directory":"\([^"]*\)".*/\1/p')"
+bin="$target_dir/debug"
+built=1
+for b in shop-axum shop-actix loadgen; do
+    [ -x "$bin/$b" ] || built=0
+done
+if [ "$built" = 1 ]; then
+    step "building shop-axum, shop-actix and loadgen (cargo dev profile; seconds unless sources changed)"
+else
+    step "building shop-axum, shop-actix and loadgen (cargo dev profile): a first build compiles" \
+        "about 160 crates, about 2 minutes on 2 cores; scripts/test.sh reuses it"
+fi
+# No -p: cargo then resolves the dependencies' features for the whole workspace, as the test suite
+# does (with -p lock-examples, tokio would lack lock-tests' "process" and everything built on
+# tokio would be compiled again for the tests).
+cargo build --bin shop-axum --bin shop-actix --bin loadgen
+
+# --- a private Redis -------------------------------------------------------------------------
 
 port_in_use() {
     (exec 3<>"/dev/tcp/127.0.0.1/$1") 2>/dev/null
@@ -227,9 +229,15 @@ done
 # --- the load --------------------------------------------------------------------------------
 
 step "$requests purchases of goods with stock $stock, $concurrency at a time, round-robin over the instances"
-status=0
+# In the background with `wait`: a TERM for this script runs its trap (which stops loadgen too)
+# at once, instead of after loadgen has finished.
 "$bin/loadgen" "${targets[@]}" --requests "$requests" --concurrency "$concurrency" \
-    --stock "$stock" --goods 1 --endpoint both --check || status=$?
+    --stock "$stock" --goods 1 --endpoint both --check &
+loadgen=$!
+pids+=("$loadgen")
+status=0
+wait "$loadgen" || status=$?
+unset 'pids[-1]' # reaped: its pid is no longer ours to signal
 if [ "$status" -eq 0 ]; then
     echo
     echo "With #[distributed_lock] the $instances processes (axum and actix-web) sold exactly the stock; without it they oversold."
