@@ -1,10 +1,15 @@
 #!/usr/bin/env bash
-# The flash-sale demo: three shop instances (separate processes) sell goods with stock 10 from
-# one Redis while a few thousand concurrent purchases arrive, first through the endpoint guarded
-# by #[distributed_lock], then through the same code without the lock.
+# The flash-sale demo: three shop instances (separate processes: two on axum, one on actix-web)
+# sell goods with stock 10 from one Redis while a few thousand concurrent purchases arrive, first
+# through the endpoint guarded by #[distributed_lock], then through the same code without the
+# lock. The report ends with what the two runs show, explained with their numbers.
 #
-#   bash scripts/demo.sh            # 3000 purchases per endpoint, release build
-#   bash scripts/demo.sh --quick    # 600 purchases, debug build (also: DEMO_QUICK=1), for CI
+#   bash scripts/demo.sh            # 3000 purchases per endpoint
+#   bash scripts/demo.sh --quick    # 600 purchases (also: DEMO_QUICK=1), for CI
+#
+# Both build shop-axum, shop-actix and loadgen in cargo's dev profile, sharing the build of the
+# dependencies with the test suite (scripts/test.sh): the first build takes about 2 minutes on 2
+# cores, later ones seconds.
 #
 # Installs redis-server with apt when it is missing, starts a private redis-server on a free
 # loopback port in a temporary directory, and stops everything it started when it exits.
@@ -21,7 +26,7 @@ for arg in "$@"; do
     case "$arg" in
         --quick) quick=1 ;;
         -h | --help)
-            sed -n '2,15p' "${BASH_SOURCE[0]}" | sed 's/^# \{0,1\}//'
+            sed -n '2,/^[^#]/s/^# \{0,1\}//p' "${BASH_SOURCE[0]}"
             exit 0
             ;;
         *)
@@ -34,16 +39,15 @@ done
 if [ "$quick" = 1 ]; then
     requests="${DEMO_REQUESTS:-600}"
     concurrency="${DEMO_CONCURRENCY:-32}"
-    profile=dev
-    profile_dir=debug
 else
     requests="${DEMO_REQUESTS:-3000}"
     concurrency="${DEMO_CONCURRENCY:-64}"
-    profile=release
-    profile_dir=release
 fi
 stock="${DEMO_STOCK:-10}"
-instances=3
+# The binary of each instance: shop-1 and shop-2 on axum, shop-3 on actix-web, all three taking
+# the same lock on the same Redis.
+shops=(shop-axum shop-axum shop-actix)
+instances=${#shops[@]}
 redis_server="${REDIS_SERVER_BIN:-redis-server}"
 redis_cli="${REDIS_CLI_BIN:-redis-cli}"
 
@@ -74,6 +78,8 @@ if ! have "$redis_server" || ! have "$redis_cli"; then
         --no-install-recommends redis-server redis-sentinel redis-tools
 fi
 
+# --- clean-up --------------------------------------------------------------------------------
+
 work="$(mktemp -d "${TMPDIR:-/tmp}/lock-demo.XXXXXX")"
 pids=()
 
@@ -93,6 +99,28 @@ cleanup() {
 trap cleanup EXIT
 trap 'exit 130' INT
 trap 'exit 143' TERM
+
+# --- the build -------------------------------------------------------------------------------
+
+target_dir="$(cargo metadata --format-version 1 --no-deps |
+    sed -n 's/.*"target_directory":"\([^"]*\)".*/\1/p')"
+bin="$target_dir/debug"
+built=1
+for b in shop-axum shop-actix loadgen; do
+    [ -x "$bin/$b" ] || built=0
+done
+if [ "$built" = 1 ]; then
+    step "building shop-axum, shop-actix and loadgen (cargo dev profile; seconds unless sources changed)"
+else
+    step "building shop-axum, shop-actix and loadgen (cargo dev profile): a first build compiles" \
+        "about 160 crates, about 2 minutes on 2 cores; scripts/test.sh reuses it"
+fi
+# No -p: cargo then resolves the dependencies' features for the whole workspace, as the test suite
+# does (with -p lock-examples, tokio would lack lock-tests' "process" and everything built on
+# tokio would be compiled again for the tests).
+cargo build --bin shop-axum --bin shop-actix --bin loadgen
+
+# --- a private Redis -------------------------------------------------------------------------
 
 port_in_use() {
     (exec 3<>"/dev/tcp/127.0.0.1/$1") 2>/dev/null
@@ -149,12 +177,6 @@ sed "s#redis://127.0.0.1:6379#redis://127.0.0.1:$redis_port#" examples/config/si
 
 # --- the shop --------------------------------------------------------------------------------
 
-step "building shop-axum and loadgen ($profile profile)"
-cargo build --profile "$profile" -p lock-examples --bin shop-axum --bin loadgen
-target_dir="$(cargo metadata --format-version 1 --no-deps |
-    sed -n 's/.*"target_directory":"\([^"]*\)".*/\1/p')"
-bin="$target_dir/$profile_dir"
-
 # The URL of the first complete "listening on URL" line of the log file $1; nothing while there is
 # none yet (or no file). `read` fails on a last line that has no newline yet, so a line the shop
 # is still writing is never taken.
@@ -171,14 +193,15 @@ listening_url() {
     done <"$1"
 }
 
-step "starting $instances shop-axum instances"
+step "starting $instances shop instances: ${shops[*]}"
 targets=()
 for i in $(seq "$instances"); do
+    shop="${shops[$((i - 1))]}"
     log="$work/shop-$i.log"
     # Created here, before the background process exists: the redirection of a background
     # command runs in the forked shell, possibly after the first poll below.
     : >"$log"
-    "$bin/shop-axum" --config "$work/lock.toml" --listen 127.0.0.1:0 --instance "shop-$i" \
+    "$bin/$shop" --config "$work/lock.toml" --listen 127.0.0.1:0 --instance "shop-$i" \
         >>"$log" 2>&1 &
     pid=$!
     pids+=("$pid")
@@ -188,29 +211,35 @@ for i in $(seq "$instances"); do
         url="$(listening_url "$log")"
         [ -n "$url" ] && break
         if ! kill -0 "$pid" 2>/dev/null; then
-            echo "shop-$i exited during start-up:" >&2
+            echo "shop-$i ($shop) exited during start-up:" >&2
             cat "$log" >&2 || true
             exit 1
         fi
         if [ "$(now_ms)" -ge "$deadline" ]; then
-            echo "shop-$i did not start within 30 s:" >&2
+            echo "shop-$i ($shop) did not start within 30 s:" >&2
             cat "$log" >&2 || true
             exit 1
         fi
         sleep 0.1
     done
-    echo "shop-$i (pid $pid) on $url"
+    echo "shop-$i: $shop (pid $pid) on $url"
     targets+=(--target "$url")
 done
 
 # --- the load --------------------------------------------------------------------------------
 
 step "$requests purchases of goods with stock $stock, $concurrency at a time, round-robin over the instances"
-status=0
+# In the background with `wait`: a TERM for this script runs its trap (which stops loadgen too)
+# at once, instead of after loadgen has finished.
 "$bin/loadgen" "${targets[@]}" --requests "$requests" --concurrency "$concurrency" \
-    --stock "$stock" --goods 1 --endpoint both --check || status=$?
+    --stock "$stock" --goods 1 --endpoint both --check &
+loadgen=$!
+pids+=("$loadgen")
+status=0
+wait "$loadgen" || status=$?
+unset 'pids[-1]' # reaped: its pid is no longer ours to signal
 if [ "$status" -eq 0 ]; then
     echo
-    echo "With #[distributed_lock] the $instances processes sold exactly the stock; without it they oversold."
+    echo "With #[distributed_lock] the $instances processes (axum and actix-web) sold exactly the stock; without it they oversold."
 fi
 exit "$status"

@@ -60,7 +60,9 @@ step "bash scripts/demo.sh --quick (the lock must prevent the oversell the unloc
 bash scripts/demo.sh --quick
 
 step "lock-bench --quick (keeps the bench compiling and running; numbers are never asserted)"
-cargo run -p lock-bench -- --quick
+# --bin, not -p lock-bench: features resolved for the whole workspace, so the bench reuses the
+# dependencies the demo built (with -p, tokio, redis and actix are compiled again).
+cargo run --bin lock-bench -- --quick
 
 if cargo nextest --version >/dev/null 2>&1; then
     profile=default

@@ -10,6 +10,9 @@ use serde::Deserialize;
 use crate::shop::{self, Purchase, ShopError, Store};
 use lock_runtime::middleware::RequestId;
 
+/// The framework's name in `GET /about`.
+pub const FRAMEWORK: &str = "actix-web";
+
 /// What every handler shares.
 #[derive(Debug, Clone)]
 pub struct Shop {
@@ -35,6 +38,7 @@ pub struct Shop {
 pub fn configure(cfg: &mut web::ServiceConfig, shop: Shop) {
     cfg.app_data(web::Data::new(shop))
         .route("/health", web::get().to(|| async { "ok" }))
+        .route("/about", web::get().to(about))
         .route("/goods/{id}", web::get().to(goods))
         .route("/goods/{id}", web::put().to(restock))
         .route("/goods/{id}/buy", web::post().to(buy))
@@ -55,6 +59,10 @@ async fn restock(
 ) -> Result<HttpResponse, ShopError> {
     let goods = shop.store.restock(id.into_inner(), body.stock).await?;
     Ok(HttpResponse::Ok().json(goods))
+}
+
+async fn about(shop: web::Data<Shop>) -> HttpResponse {
+    HttpResponse::Ok().json(crate::about(&shop.instance, FRAMEWORK, &shop.store))
 }
 
 async fn goods(shop: web::Data<Shop>, id: web::Path<u64>) -> Result<HttpResponse, ShopError> {

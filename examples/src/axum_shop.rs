@@ -7,6 +7,7 @@
 //! | `POST /goods/{id}/buy-unlocked` | [`shop::buy_unlocked`]: the same without the lock |
 //! | `PUT /goods/{id}` `{"stock": 10}` | restock, reset the sold counter |
 //! | `GET /goods/{id}` | `{"goods": .., "stock": .., "sold": ..}` |
+//! | `GET /about` | `{"instance": .., "framework": "axum", "checkout_ms": .., "lock": {..}}` |
 //! | `GET /health` | `ok` |
 //!
 //! Every request runs in its own lock-owner scope ([`OwnerScopeLayer`]); lock errors answer
@@ -26,6 +27,9 @@ use serde::Deserialize;
 
 use crate::shop::{self, Purchase, ShopError, Store};
 
+/// The framework's name in `GET /about`.
+pub const FRAMEWORK: &str = "axum";
+
 /// What every handler shares.
 #[derive(Debug, Clone)]
 pub struct Shop {
@@ -39,6 +43,7 @@ pub struct Shop {
 pub fn router(shop: Shop, scope: OwnerScopeConfig) -> Router {
     Router::new()
         .route("/health", get(|| async { "ok" }))
+        .route("/about", get(about))
         .route("/goods/{id}", get(goods).put(restock))
         .route("/goods/{id}/buy", post(buy))
         .route("/goods/{id}/buy/{units}", post(buy_many))
@@ -59,6 +64,10 @@ async fn restock(
     Json(body): Json<Restock>,
 ) -> Result<Response, ShopError> {
     Ok(Json(shop.store.restock(id, body.stock).await?).into_response())
+}
+
+async fn about(State(shop): State<Shop>) -> Response {
+    Json(crate::about(&shop.instance, FRAMEWORK, &shop.store)).into_response()
 }
 
 async fn goods(State(shop): State<Shop>, Path(id): Path<u64>) -> Result<Response, ShopError> {

@@ -8,8 +8,9 @@
 //! | `fine-grained` | [`LockService`](lock_runtime::LockService) used directly around a small section |
 //!
 //! The stock lives in Redis, so any number of shop instances sell the same goods;
-//! `scripts/demo.sh` starts a private Redis and three `shop-axum` processes and runs
-//! `loadgen` against them, once on the locked endpoint and once on the unlocked one.
+//! `scripts/demo.sh` starts a private Redis, two `shop-axum` processes and one `shop-actix`
+//! process, and runs `loadgen` against them, once on the locked endpoint and once on the
+//! unlocked one.
 //!
 //! ```text
 //! cargo run -p lock-examples --bin shop-axum -- --config examples/config/single.toml --listen 127.0.0.1:3000
@@ -26,6 +27,30 @@ pub mod axum_shop;
 pub mod loadgen;
 pub mod setup;
 pub mod shop;
+
+/// The body of `GET /about`, the same in both frameworks: which instance and web framework
+/// answers, and the terms of a purchase (what the load generator's report explains).
+#[derive(Debug, Serialize)]
+pub struct About<'a> {
+    /// The instance's name.
+    pub instance: &'a str,
+    /// `axum` or `actix-web`.
+    pub framework: &'static str,
+    /// The simulated checkout inside a purchase, in milliseconds.
+    pub checkout_ms: u64,
+    /// The lock a purchase takes.
+    pub lock: shop::LockTerms,
+}
+
+/// What `instance` of `framework` selling from `store` answers to `GET /about`.
+pub fn about<'a>(instance: &'a str, framework: &'static str, store: &shop::Store) -> About<'a> {
+    About {
+        instance,
+        framework,
+        checkout_ms: u64::try_from(store.checkout().as_millis()).unwrap_or(u64::MAX),
+        lock: shop::BUY_LOCK,
+    }
+}
 
 /// The body of a successful purchase response, the same in both frameworks.
 #[derive(Debug, Serialize)]

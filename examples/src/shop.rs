@@ -145,6 +145,11 @@ impl Store {
         self
     }
 
+    /// The checkout step's duration.
+    pub fn checkout(&self) -> Duration {
+        self.checkout
+    }
+
     fn key(&self, goods: u64, field: &str) -> String {
         format!("{}:goods:{goods}:{field}", self.namespace)
     }
@@ -204,8 +209,27 @@ impl Store {
     }
 }
 
+/// The lock a purchase takes, as the attributes of [`buy`] and [`buy_many`] write it (`GET /about`
+/// shows it; keep the two in step).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+pub struct LockTerms {
+    /// The key, with its placeholder.
+    pub key: &'static str,
+    /// How long a hold lasts at most.
+    pub lease: &'static str,
+    /// How long a purchase waits for the lock before it answers 409 `lock_timeout`.
+    pub wait: &'static str,
+}
+
+/// The terms of [`buy`]'s lock.
+pub const BUY_LOCK: LockTerms = LockTerms {
+    key: "goods:<goods>",
+    lease: "5s",
+    wait: "2s",
+};
+
 /// Buys one unit of `goods` while holding the lock `goods:<goods>`: at most 5 s, waiting at
-/// most 2 s for it (then the caller gets a lock timeout, an HTTP 409).
+/// most 2 s for it (then the caller gets a lock timeout, an HTTP 409). See [`BUY_LOCK`].
 ///
 /// # Errors
 /// [`ShopError::SoldOut`], [`ShopError::NotFound`], [`ShopError::Lock`], [`ShopError::Store`].

@@ -2,7 +2,7 @@
 //! `lock_examples::loadgen`.
 
 use lock_examples::args::Args;
-use lock_examples::loadgen::{self, Endpoint, Load, Progress, Report};
+use lock_examples::loadgen::{self, Endpoint, Load, Progress, Report, explain};
 
 const USAGE: &str = "\
 loadgen --target URL [--target URL ...] [options]
@@ -13,7 +13,8 @@ options:
   --concurrency N    purchases in flight at once (default 64)
   --stock N          stock of the goods before each run (default 10)
   --goods ID         the goods to buy (default 1)
-  --endpoint E       locked | unlocked | both (default both)
+  --endpoint E       locked | unlocked | both (default both: then the report ends with what the
+                     two runs show, explained with their numbers)
   --quiet            no progress lines
   --check            exit 1 unless the locked run oversold nothing and had no errors, and the
                      unlocked run (when run) oversold";
@@ -89,6 +90,9 @@ async fn run(args: &Args) -> Result<bool, String> {
         let report = loadgen::run(&load).await?;
         println!("\n{report}");
         reports.push(report);
+    }
+    if let [locked, unlocked] = &reports[..] {
+        println!("\n{}", explain(locked, unlocked));
     }
     println!();
     for report in &reports {

@@ -29,8 +29,8 @@ use reqwest::header::CONTENT_TYPE;
 
 mod report;
 
-pub use report::Report;
 use report::percentile;
+pub use report::{InstanceReport, Report, ShopInfo, explain};
 
 /// Which purchase endpoint to load.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -104,6 +104,21 @@ enum Outcome {
     Error(String),
 }
 
+/// One purchase as a worker saw it: the target it went to, how long it took, what came back.
+struct Sample {
+    target: usize,
+    latency: Duration,
+    outcome: Kind,
+}
+
+#[derive(Clone, Copy, PartialEq, Eq)]
+enum Kind {
+    Sold,
+    SoldOut,
+    LockTimeout,
+    Error,
+}
+
 /// Restocks the goods, fires the purchases, reads the stock back and reports.
 ///
 /// # Errors
@@ -129,11 +144,15 @@ pub async fn run(load: &Load) -> Result<Report, String> {
     if !restocked.status().is_success() {
         return Err(format!("restock {goods_url}: {}", restocked.status()));
     }
+    let mut shops = Vec::with_capacity(load.targets.len());
+    for target in &load.targets {
+        shops.push(about(&client, target).await);
+    }
 
     let counters = Arc::new(Counters::default());
     let next = Arc::new(AtomicUsize::new(0));
     let per_instance = Arc::new(Mutex::new(BTreeMap::<String, u64>::new()));
-    let samples = Arc::new(Mutex::new(Vec::<String>::new()));
+    let error_samples = Arc::new(Mutex::new(Vec::<String>::new()));
     let urls: Arc<Vec<String>> = Arc::new(
         load.targets
             .iter()
@@ -159,41 +178,54 @@ pub async fn run(load: &Load) -> Result<Report, String> {
     for _ in 0..load.concurrency.min(load.requests.max(1)) {
         let (client, counters, next, urls) =
             (client.clone(), counters.clone(), next.clone(), urls.clone());
-        let (per_instance, samples, total) = (per_instance.clone(), samples.clone(), load.requests);
+        let (per_instance, error_samples, total) =
+            (per_instance.clone(), error_samples.clone(), load.requests);
         workers.push(tokio::spawn(async move {
-            let mut latencies = Vec::new();
+            let mut samples = Vec::new();
             loop {
                 let i = next.fetch_add(1, Ordering::Relaxed);
                 if i >= total {
-                    return latencies;
+                    return samples;
                 }
+                let target = i % urls.len();
                 let sent = Instant::now();
-                let outcome = purchase(&client, &urls[i % urls.len()]).await;
-                latencies.push(sent.elapsed());
-                match outcome {
+                let outcome = purchase(&client, &urls[target]).await;
+                let latency = sent.elapsed();
+                let kind = match outcome {
                     Outcome::Sold(instance) => {
                         counters.sold.fetch_add(1, Ordering::Relaxed);
                         *lock(&per_instance).entry(instance).or_default() += 1;
+                        Kind::Sold
                     }
-                    Outcome::SoldOut => _ = counters.sold_out.fetch_add(1, Ordering::Relaxed),
+                    Outcome::SoldOut => {
+                        counters.sold_out.fetch_add(1, Ordering::Relaxed);
+                        Kind::SoldOut
+                    }
                     Outcome::LockTimeout => {
-                        _ = counters.lock_timeouts.fetch_add(1, Ordering::Relaxed)
+                        counters.lock_timeouts.fetch_add(1, Ordering::Relaxed);
+                        Kind::LockTimeout
                     }
                     Outcome::Error(e) => {
                         counters.errors.fetch_add(1, Ordering::Relaxed);
-                        let mut samples = lock(&samples);
-                        if samples.len() < 3 {
-                            samples.push(e);
+                        let mut error_samples = lock(&error_samples);
+                        if error_samples.len() < 3 {
+                            error_samples.push(e);
                         }
+                        Kind::Error
                     }
-                }
+                };
+                samples.push(Sample {
+                    target,
+                    latency,
+                    outcome: kind,
+                });
                 counters.done.fetch_add(1, Ordering::Relaxed);
             }
         }));
     }
-    let mut latencies = Vec::with_capacity(load.requests);
+    let mut samples = Vec::with_capacity(load.requests);
     for worker in workers {
-        latencies.extend(worker.await.map_err(|e| format!("worker failed: {e}"))?);
+        samples.extend(worker.await.map_err(|e| format!("worker failed: {e}"))?);
     }
     let elapsed = started.elapsed();
     if let Some(printer) = printer {
@@ -217,13 +249,22 @@ pub async fn run(load: &Load) -> Result<Report, String> {
         .map_err(|e| format!("read back {goods_url}: {e}"))?;
     let after: serde_json::Value =
         serde_json::from_str(&after).map_err(|e| format!("read back {goods_url}: {e}: {after}"))?;
+    let mut latencies: Vec<Duration> = samples.iter().map(|s| s.latency).collect();
     latencies.sort_unstable();
+    let per_target = load
+        .targets
+        .iter()
+        .zip(shops)
+        .enumerate()
+        .map(|(i, (target, shop))| instance_report(i, target, shop, &samples))
+        .collect();
     let per_instance = lock(&per_instance).clone();
-    let error_samples = lock(&samples).clone();
+    let error_samples = lock(&error_samples).clone();
     Ok(Report {
         endpoint: load.endpoint,
         instances: load.targets.len(),
         concurrency: load.concurrency,
+        goods: load.goods,
         stock: load.stock,
         requests: load.requests,
         sold: counters.sold.load(Ordering::Relaxed),
@@ -234,9 +275,52 @@ pub async fn run(load: &Load) -> Result<Report, String> {
         stock_left: after["stock"].as_i64().unwrap_or(-1),
         sold_recorded: after["sold"].as_i64().unwrap_or(-1),
         per_instance,
+        per_target,
         latency: [0.50, 0.90, 0.99, 1.0].map(|q| percentile(&latencies, q)),
         elapsed,
     })
+}
+
+/// What `target` says about itself on `GET /about`; `None` when it does not answer that (a
+/// service other than the example shops).
+async fn about(client: &reqwest::Client, target: &str) -> Option<ShopInfo> {
+    let url = format!("{}/about", target.trim_end_matches('/'));
+    let response = client.get(&url).send().await.ok()?;
+    if !response.status().is_success() {
+        return None;
+    }
+    let json: serde_json::Value = serde_json::from_str(&response.text().await.ok()?).ok()?;
+    let text = |v: &serde_json::Value| v.as_str().map(str::to_owned);
+    Some(ShopInfo {
+        instance: text(&json["instance"])?,
+        framework: text(&json["framework"]).unwrap_or_default(),
+        checkout: json["checkout_ms"].as_u64().map(Duration::from_millis),
+        lock_key: text(&json["lock"]["key"]),
+        lock_wait: text(&json["lock"]["wait"]),
+    })
+}
+
+/// The share of the purchases in `samples` that went to target `index`.
+fn instance_report(
+    index: usize,
+    target: &str,
+    shop: Option<ShopInfo>,
+    samples: &[Sample],
+) -> InstanceReport {
+    let mine: Vec<&Sample> = samples.iter().filter(|s| s.target == index).collect();
+    let count = |kind: Kind| mine.iter().filter(|s| s.outcome == kind).count() as u64;
+    let mut latencies: Vec<Duration> = mine.iter().map(|s| s.latency).collect();
+    latencies.sort_unstable();
+    InstanceReport {
+        target: target.to_owned(),
+        shop,
+        requests: mine.len() as u64,
+        sold: count(Kind::Sold),
+        sold_out: count(Kind::SoldOut),
+        lock_timeouts: count(Kind::LockTimeout),
+        errors: count(Kind::Error),
+        latency: [0.50, 0.99].map(|q| percentile(&latencies, q)),
+    }
 }
 
 async fn purchase(client: &reqwest::Client, url: &str) -> Outcome {
