@@ -233,7 +233,7 @@ fn say(line: std::fmt::Arguments<'_>) {
     let _ = out.flush();
 }
 
-/// "err <op> <kind> <ns> <message on one line>".
+/// Prints `err <op> <kind> <ns> <message on one line>`.
 fn say_error(op: &str, kind: &str, message: impl std::fmt::Display) {
     let at = monotonic_ns();
     let message = message.to_string().replace('\n', " ");
