@@ -589,3 +589,26 @@ async fn a_re_entry_that_finds_the_grant_gone_marks_the_old_guards_lost() {
     })
     .await;
 }
+
+/// The watchdog renews only holds without a lease: a fixed lease runs out on time even while
+/// the watchdog ticks faster than the lease.
+#[tokio::test]
+async fn the_watchdog_never_extends_a_fixed_lease() {
+    let fx = Fixture::single().await;
+    let a = fx.service(Duration::from_millis(300)).await;
+    let b = fx.service(LONG).await;
+    let key = unique_key("fixed");
+    let guard = a
+        .lock(&key)
+        .lease(Duration::from_millis(500))
+        .await
+        .unwrap();
+    eventually(
+        "the fixed lease ran out on Redis",
+        Duration::from_secs(3),
+        || async { !b.is_locked(&key).await.unwrap() },
+    )
+    .await;
+    assert!(guard.is_lost());
+    drop(guard);
+}
