@@ -296,8 +296,9 @@ async fn kill_the_sentinel_master(sync_replicas: u32) -> (Arc<Tally>, u64, bool)
     ));
     tokio::time::sleep(Duration::from_secs(1)).await;
     let waits = wait_calls(&fx, old) - waits_at_start;
-    fx.topo().kill(old);
+    // marked before the SIGKILL: the calls it breaks fail at once, and must count as after it
     *killed.lock().unwrap() = Some(Instant::now());
+    fx.topo().kill(old);
     let new = fx
         .topo()
         .wait_for_new_master(old, Duration::from_secs(20))
