@@ -65,6 +65,19 @@ async fn join_stall(sleeper: std::thread::JoinHandle<()>) -> Instant {
     Instant::now()
 }
 
+/// A server of its own with a fault proxy in front of it, and a service that reaches the server
+/// only through the proxy, configured by `configure`.
+async fn behind_proxy(
+    configure: impl FnOnce(LockConfig) -> LockConfig,
+) -> (Fixture, Proxy, LockService) {
+    let fx = Fixture::own(Spec::Single).await;
+    let proxy = Proxy::start(Topology::addr_of(fx.topo().master_port())).await;
+    let service = LockService::connect(configure(LockConfig::single(proxy.url())))
+        .await
+        .unwrap();
+    (fx, proxy, service)
+}
+
 /// Stale hold + re-entry: the owner's lease ran out on Redis; locking again must make a new
 /// grant that the stale guard can neither release nor share.
 #[tokio::test]
@@ -153,14 +166,9 @@ async fn a_hold_the_watchdog_found_gone_is_a_dead_generation() {
 /// the hold that was already there.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn giving_back_an_attempt_that_never_ran_leaves_the_owners_hold_alone() {
-    let fx = Fixture::own(Spec::Single).await;
-    let proxy = Proxy::start(Topology::addr_of(fx.topo().master_port())).await;
+    let (fx, proxy, b) =
+        behind_proxy(|config| config.with_response_timeout(Duration::from_secs(5))).await;
     let a = fx.service(LONG).await;
-    let b = LockService::connect(
-        LockConfig::single(proxy.url()).with_response_timeout(Duration::from_secs(5)),
-    )
-    .await
-    .unwrap();
     let c = fx.service(LONG).await;
     let key = unique_key("mesh");
     let mesh = OwnerId::across_processes(unique_key("op"));
@@ -233,11 +241,7 @@ async fn an_acquire_that_timed_out_is_given_back_once_redis_answers() {
 /// arrived) must not leave the lock held once the outer hold is released.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_re_entry_whose_reply_was_lost_leaves_nothing_behind() {
-    let fx = Fixture::own(Spec::Single).await;
-    let proxy = Proxy::start(Topology::addr_of(fx.topo().master_port())).await;
-    let a = LockService::connect(LockConfig::single(proxy.url()))
-        .await
-        .unwrap();
+    let (fx, proxy, a) = behind_proxy(|config| config).await;
     let b = fx.service(LONG).await;
     let key = unique_key("reenter");
     owner::scope(OwnerId::new(), async {
@@ -360,16 +364,13 @@ async fn one_broken_key_does_not_stop_the_renewal_of_the_others() {
 /// watchdog tick.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_partitioned_holder_learns_of_the_loss_before_anyone_else_gets_the_lock() {
-    let fx = Fixture::own(Spec::Single).await;
-    let proxy = Proxy::start(Topology::addr_of(fx.topo().master_port())).await;
     let watchdog = Duration::from_secs(1);
-    let a = LockService::connect(
-        LockConfig::single(proxy.url())
+    let (fx, proxy, a) = behind_proxy(|config| {
+        config
             .with_watchdog_timeout(watchdog)
-            .with_response_timeout(Duration::from_millis(200)),
-    )
-    .await
-    .unwrap();
+            .with_response_timeout(Duration::from_millis(200))
+    })
+    .await;
     let b = fx.service(LONG).await;
     let mut ahead = Vec::new();
     for round in 0..4 {
@@ -495,13 +496,8 @@ async fn a_service_that_stopped_waiting_does_not_keep_the_turn() {
 /// again once Redis can be reached: the lock is not left held for its whole lease.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_release_that_never_reached_redis_is_sent_again() {
-    let fx = Fixture::own(Spec::Single).await;
-    let proxy = Proxy::start(Topology::addr_of(fx.topo().master_port())).await;
-    let a = LockService::connect(
-        LockConfig::single(proxy.url()).with_response_timeout(Duration::from_millis(300)),
-    )
-    .await
-    .unwrap();
+    let (fx, proxy, a) =
+        behind_proxy(|config| config.with_response_timeout(Duration::from_millis(300))).await;
     let b = fx.service(LONG).await;
     let key = unique_key("unsent");
     let held = a.lock(&key).lease(LONG).await.unwrap();
