@@ -595,8 +595,10 @@ async fn stop_for(pid: u32, pause: Duration) -> (u64, u64) {
     })
     .await;
     tokio::time::sleep(pause).await;
+    // read before the SIGCONT: the process may run before this task reads the clock again
+    let resumed = monotonic_ns();
     signal(pid, libc::SIGCONT);
-    (stopped, monotonic_ns())
+    (stopped, resumed)
 }
 
 /// Workers' configuration line for a response timeout.
