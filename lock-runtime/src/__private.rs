@@ -60,7 +60,7 @@ where
         OnLost::Fail => context::OnLost::Fail,
         OnLost::Continue => context::OnLost::Continue,
     };
-    context::run_body(guard, on_lost, body).await?
+    context::run_body(guard.core, on_lost, body).await?
 }
 
 /// Types a key placeholder can name.

@@ -4,8 +4,8 @@
 use std::future::Future;
 use std::pin::pin;
 
+use crate::engine::Guard;
 use crate::error::LockError;
-use crate::guard::LockGuard;
 use crate::owner;
 
 tokio::task_local! {
@@ -23,7 +23,7 @@ pub struct Held {
 }
 
 impl Held {
-    pub(crate) fn of(guard: &LockGuard) -> Self {
+    pub(crate) fn of(guard: &Guard) -> Self {
         Held {
             key: guard.key().to_owned(),
             fence: guard.fence(),
@@ -57,7 +57,7 @@ pub(crate) enum OnLost {
 /// Returns `Err` (kind `Lost`) when the lock was lost while the body ran and `on_lost` stopped
 /// it.
 pub(crate) async fn run_body<T>(
-    guard: LockGuard,
+    guard: Guard,
     on_lost: OnLost,
     body: impl Future<Output = T>,
 ) -> Result<T, LockError> {

@@ -98,34 +98,30 @@
 #[doc(hidden)]
 pub mod __private;
 mod backend;
-mod batch;
 pub mod config;
 mod context;
 mod detach;
 mod driver;
 mod engine;
 mod error;
-mod guard;
-mod local;
+mod kinds;
 #[cfg(any(feature = "tower", feature = "actix-web"))]
 #[cfg_attr(docsrs, doc(cfg(any(feature = "tower", feature = "actix-web"))))]
 pub mod middleware;
-mod notify;
 pub mod owner;
 mod registry;
 mod scripts;
 mod service;
-mod watchdog;
 
 pub use config::{DefaultWait, LockConfig, Topology};
 pub use context::{Held, current_fence, current_lock_key};
 pub use error::{ErrorKind, LockError};
-pub use guard::LockGuard;
+pub use kinds::mutex::{LockGuard, LockRequest};
 pub use owner::OwnerId;
 pub use registry::{
     CONFIG_ENV, DEFAULT_CONFIG_FILE, global, init, init_from_env, init_from_file, try_global,
 };
-pub use service::{LockInfo, LockRequest, LockService};
+pub use service::{LockInfo, LockService};
 
 /// Runs an async fn only while it holds a distributed lock; see the `lock-macros` crate docs.
 #[cfg(feature = "macros")]

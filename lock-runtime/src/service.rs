@@ -1,21 +1,16 @@
 //! [`LockService`]: the handle applications use to take, inspect and break locks.
 
-use std::collections::HashSet;
 use std::fmt;
-use std::future::{Future, IntoFuture};
-use std::pin::Pin;
 use std::sync::Arc;
 use std::time::Duration;
 
 use crate::backend::Backend;
 use crate::config::LockConfig;
-use crate::engine::{Inner, KeyNames, owner_field};
-use crate::error::{ErrorKind, LockError};
-use crate::guard::LockGuard;
-use crate::local::Local;
-use crate::owner::{self, OwnerId};
-use crate::scripts::ScriptCall;
-use crate::{notify, scripts, watchdog};
+use crate::engine::{Inner, KeyNames, notify, owner_field, watchdog};
+use crate::error::LockError;
+use crate::kinds::mutex::LockRequest;
+use crate::owner;
+use crate::scripts::{self, ScriptCall};
 
 /// A connection to Redis that hands out distributed locks.
 ///
@@ -39,7 +34,7 @@ use crate::{notify, scripts, watchdog};
 /// ```
 #[derive(Clone)]
 pub struct LockService {
-    inner: Arc<Inner>,
+    pub(crate) inner: Arc<Inner>,
 }
 
 impl LockService {
@@ -58,22 +53,7 @@ impl LockService {
         let backend = Backend::connect(&config, push_tx).await?;
         let runtime = tokio::runtime::Handle::current();
         let period = config.watchdog_timeout() / 3;
-        let ops_script = scripts::ops(
-            backend.publish_command(),
-            Inner::fence_ttl_ms_of(&config),
-            Inner::waiter_horizon_of(&config, None),
-        );
-        let inner = Arc::new(Inner {
-            ops_script,
-            backend,
-            local: Local::default(),
-            config,
-            service_id: uuid::Uuid::new_v4().simple().to_string(),
-            subscriptions: tokio::sync::Mutex::new(HashSet::new()),
-            resubscribing: Default::default(),
-            runtime: runtime.clone(),
-            batcher: Default::default(),
-        });
+        let inner = Arc::new(Inner::new(backend, config, runtime.clone()));
         runtime.spawn(watchdog::run(Arc::downgrade(&inner), period));
         runtime.spawn(notify::run(Arc::downgrade(&inner), push_rx));
         Ok(LockService { inner })
@@ -85,13 +65,7 @@ impl LockService {
     /// explicit owner of an [`owner::scope`]; otherwise it is a new owner (see [`owner`]). See
     /// [`LockRequest`] for the options.
     pub fn lock(&self, key: impl Into<String>) -> LockRequest<'_> {
-        LockRequest {
-            service: self,
-            key: key.into(),
-            lease: None,
-            wait: None,
-            owner: None,
-        }
+        LockRequest::new(self, key.into())
     }
 
     /// Tries once, without waiting: `lock(key).wait(Duration::ZERO)`.
@@ -189,7 +163,7 @@ impl LockService {
         Arc::as_ptr(&self.inner) as usize
     }
 
-    fn names(&self, key: &str) -> Result<KeyNames, LockError> {
+    pub(crate) fn names(&self, key: &str) -> Result<KeyNames, LockError> {
         KeyNames::new(self.inner.config.prefix(), key).map_err(|e| e.with_key(key))
     }
 }
@@ -200,144 +174,6 @@ impl fmt::Debug for LockService {
             .field("topology", &self.inner.config.topology().mode())
             .field("prefix", &self.inner.config.prefix())
             .finish_non_exhaustive()
-    }
-}
-
-/// A request for a lock, built by [`LockService::lock`]; awaiting it acquires the lock.
-///
-/// # Cancel safety
-/// Dropping the future at any point never leaves the lock held past its lease: a grant that
-/// arrives after the future was dropped is released at once.
-#[must_use = "a lock request does nothing until it is awaited"]
-pub struct LockRequest<'a> {
-    service: &'a LockService,
-    key: String,
-    lease: Option<Duration>,
-    wait: Option<Duration>,
-    owner: Option<OwnerId>,
-}
-
-impl LockRequest<'_> {
-    /// Hold the lock for at most `lease`: it expires then even if this process dies or forgets
-    /// to release it. Without a lease the watchdog keeps the lock (with `watchdog_timeout`)
-    /// until it is released.
-    pub fn lease(mut self, lease: Duration) -> Self {
-        self.lease = Some(lease);
-        self
-    }
-
-    /// Give up with [`ErrorKind::Timeout`](crate::ErrorKind::Timeout) when the lock could not be acquired within `wait`.
-    /// Without it the request waits until it acquires the lock; `Duration::ZERO` tries once.
-    pub fn wait(mut self, wait: Duration) -> Self {
-        self.wait = Some(wait);
-        self
-    }
-
-    /// Wait at most `wait` when it is `Some`, until acquired when it is `None`.
-    pub fn wait_at_most(mut self, wait: Option<Duration>) -> Self {
-        self.wait = wait;
-        self
-    }
-
-    /// Acquires the lock, runs the future `body` returns as a locked body, and releases the lock
-    /// after it: lock calls inside the body (however deep, also `#[distributed_lock]` fns)
-    /// re-enter this hold. `body` gets the [`Held`](crate::Held) lock: its key and fencing
-    /// token.
-    ///
-    /// ```no_run
-    /// # async fn demo(locks: lock_runtime::LockService) -> Result<(), lock_runtime::LockError> {
-    /// # async fn send_report(fence: u64) -> u32 { 0 }
-    /// use std::time::Duration;
-    ///
-    /// let sent = locks
-    ///     .lock("job:nightly-report")
-    ///     .wait(Duration::ZERO) // another instance runs it: skip
-    ///     .run(|held| async move { send_report(held.fence()).await })
-    ///     .await?;
-    /// # let _ = sent; Ok(()) }
-    /// ```
-    ///
-    /// # Errors
-    /// The errors of acquiring (see [`LockService::lock`]), and [`ErrorKind::Lost`] when the
-    /// lock was lost while the body ran: the body is stopped (dropped) at that moment, as
-    /// someone else may hold the lock now.
-    ///
-    /// # Cancel safety
-    /// Dropping the returned future drops the body and releases the lock in the background.
-    pub async fn run<F, Fut, T>(self, body: F) -> Result<T, LockError>
-    where
-        F: FnOnce(crate::Held) -> Fut,
-        Fut: Future<Output = T>,
-    {
-        let guard = self.await?;
-        let held = crate::Held::of(&guard);
-        crate::context::run_body(guard, crate::context::OnLost::Fail, body(held)).await
-    }
-
-    /// Acquire as `owner`: the lock re-enters that owner's holds, wherever they are (see
-    /// [`owner`](crate::owner#explicit-owners)), instead of following the call chain.
-    pub fn owner(mut self, owner: OwnerId) -> Self {
-        self.owner = Some(owner);
-        self
-    }
-}
-
-impl<'a> IntoFuture for LockRequest<'a> {
-    type Output = Result<LockGuard, LockError>;
-    type IntoFuture = Pin<Box<dyn Future<Output = Self::Output> + Send + 'a>>;
-
-    fn into_future(self) -> Self::IntoFuture {
-        let inner = self.service.inner.clone();
-        let names = self.service.names(&self.key);
-        let resolved = match (self.owner, &names) {
-            (Some(owner), _) => owner::Resolved::Owner(owner),
-            (None, Ok(names)) => owner::resolve(self.service.id(), &names.lock),
-            (None, Err(_)) => owner::Resolved::AcrossSpawn, // not used: the key error comes first
-        };
-        let (lease, wait) = (self.lease, self.wait);
-        Box::pin(async move {
-            let names = names?;
-            Inner::check_lease(&names, lease)?;
-            match resolved {
-                owner::Resolved::Owner(owner) => inner.acquire(names, owner, lease, wait).await,
-                owner::Resolved::ReEnter { owner, entry } => {
-                    // concurrent children of the holding body re-enter one at a time
-                    let started = std::time::Instant::now();
-                    let entered = match wait {
-                        Some(wait) => tokio::time::timeout(wait, entry.lock_owned())
-                            .await
-                            .map_err(|_| inner.timeout_error(&names, wait))?,
-                        None => entry.lock_owned().await,
-                    };
-                    let left = wait.map(|w| w.saturating_sub(started.elapsed()));
-                    let mut guard = inner.acquire(names, owner, lease, left).await?;
-                    guard.hold_entry(entered);
-                    Ok(guard)
-                }
-                owner::Resolved::AcrossSpawn => Err(LockError::new(
-                    ErrorKind::WouldDeadlock,
-                    format!(
-                        "lock `{}` is held further up this call chain, by the task that spawned \
-                         this one (owner::spawn); waiting for it here would wait for that task, \
-                         which may be waiting for this one. Re-entry follows one call chain: do \
-                         the locked work in the holding task, or use another key",
-                        names.user
-                    ),
-                )
-                .with_key(&names.user)),
-            }
-        })
-    }
-}
-
-impl fmt::Debug for LockRequest<'_> {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.debug_struct("LockRequest")
-            .field("key", &self.key)
-            .field("lease", &self.lease)
-            .field("wait", &self.wait)
-            .field("owner", &self.owner)
-            .finish()
     }
 }
 

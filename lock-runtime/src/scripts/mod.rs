@@ -2,15 +2,17 @@
 //! called.
 //!
 //! Each `.lua` file starts with a header naming its KEYS, ARGV (or parameters) and reply. The
-//! lock operations are one script, built per service settings by [`ops`]: `prelude.lua`
-//! (settings, fencing and waiter helpers), `acquire.lua` and `release.lua` (one function each)
-//! and `ops.lua`, which runs one or many operations per call. The other scripts are static.
-//! Scripts run with EVALSHA and are loaded on NOSCRIPT (see the backend).
+//! operations of a lock kind are one script, built per kind and service settings by [`ops`]:
+//! `prelude.lua` (settings, fencing and waiter helpers), the kind's `acquire` and `release`
+//! functions (in the kind's folder, e.g. `mutex/`) and `ops.lua`, which runs one or many
+//! operations per call. The other scripts are static. Scripts run with EVALSHA and are loaded
+//! on NOSCRIPT (see the backend).
 
 use std::sync::LazyLock;
 
 use redis::{Cmd, Script, ToRedisArgs};
 
+/// A static script from a `.lua` file of this folder.
 macro_rules! script {
     ($name:ident, $file:literal) => {
         pub(crate) static $name: LazyLock<Script> =
@@ -34,21 +36,24 @@ pub(crate) const TURN_MS: u64 = 250;
 /// anything is written.
 pub(crate) const MAX_LEASE_MS: u64 = 3650 * 24 * 3600 * 1000;
 
-/// The lock operations with a service's settings: `prelude.lua`, `acquire.lua`, `release.lua`
-/// and `ops.lua`, with every `$` name replaced by its literal (see `prelude.lua`). Services with
-/// the same settings share one script.
-pub(crate) fn ops(publish: &str, fence_ttl_ms: u64, yield_horizon_ms: u64) -> Script {
-    Script::new(&ops_text(publish, fence_ttl_ms, yield_horizon_ms))
+/// The operations of the kind whose Lua is `kind_lua`, with a service's settings:
+/// `prelude.lua`, the kind's functions and `ops.lua`, with every `$` name replaced by its
+/// literal (see `prelude.lua`). Services with the same settings share one script.
+pub(crate) fn ops(
+    kind_lua: &[&str],
+    publish: &str,
+    fence_ttl_ms: u64,
+    yield_horizon_ms: u64,
+) -> Script {
+    Script::new(&ops_text(kind_lua, publish, fence_ttl_ms, yield_horizon_ms))
 }
 
-fn ops_text(publish: &str, fence_ttl_ms: u64, yield_horizon_ms: u64) -> String {
-    let mut text = [
-        include_str!("prelude.lua"),
-        include_str!("acquire.lua"),
-        include_str!("release.lua"),
-        include_str!("ops.lua"),
-    ]
-    .concat();
+fn ops_text(kind_lua: &[&str], publish: &str, fence_ttl_ms: u64, yield_horizon_ms: u64) -> String {
+    let mut text = String::from(include_str!("prelude.lua"));
+    for part in kind_lua {
+        text.push_str(part);
+    }
+    text.push_str(include_str!("ops.lua"));
     let literals = [
         ("$CHANNEL_SUFFIX", format!("'{CHANNEL_SUFFIX}'")),
         ("$MAX_LEASE", MAX_LEASE_MS.to_string()),
@@ -63,7 +68,6 @@ fn ops_text(publish: &str, fence_ttl_ms: u64, yield_horizon_ms: u64) -> String {
     text
 }
 
-script!(RENEW, "renew.lua");
 script!(FORCE_UNLOCK, "force_unlock.lua");
 script!(INSPECT, "inspect.lua");
 script!(LEAVE, "leave.lua");
@@ -104,14 +108,18 @@ mod tests {
 
     #[test]
     fn ops_gets_every_setting_as_a_literal() {
-        let text = ops_text("spublish", 0, 31_000);
+        let kind = [
+            include_str!("mutex/acquire.lua"),
+            include_str!("mutex/release.lua"),
+        ];
+        let text = ops_text(&kind, "spublish", 0, 31_000);
         assert!(!text.contains('$'), "a setting was left out");
         assert!(text.contains("redis.call('spublish', channel, target)"));
         assert!(text.contains("register_waiter(queue, 31000)"));
         assert!(text.contains("local channel = lock .. ':ch'"));
         assert_ne!(
-            ops("spublish", 0, 31_000).get_hash(),
-            ops("publish", 0, 31_000).get_hash()
+            ops(&kind, "spublish", 0, 31_000).get_hash(),
+            ops(&kind, "publish", 0, 31_000).get_hash()
         );
     }
 }

@@ -1,10 +1,16 @@
--- Runs lock operations in order, each as if it were a script call of its own: the acquires and
--- releases of one service that fall due while another call is on its way share one call.
+-- Runs lock operations of one kind in order, each as if it were a script call of its own: the
+-- acquires and releases of one service that fall due while another call is on its way share one
+-- call. The kind's `acquire` and `release` functions come before this (see engine/kind.rs).
 -- KEYS: four per operation: the lock hash, its fence counter, its waiting-services zset and its
 -- turn marker (all in the lock's hash tag, so in one cluster slot)
 -- ARGV[1] service id; then six per operation:
---   'a', owner field, grant id, lease in ms, waiter horizon in ms, ''           (acquire.lua)
---   'r', owner field, grant id, next owner field or '', its grant id, its lease (release.lua)
+--   'a', owner field, grant id, lease in ms, waiter horizon in ms, kind's extra  (acquire)
+--   'r', owner field, grant id, next owner field or '', its grant id, its lease  (release)
+-- Every kind's acquire replies 1, token, 0 (granted) | 2, token, n (the owner holds it under
+-- this grant id) | 0, ms, 0 (not now; look again in about ms); its release replies 0, 0, 0 (not
+-- held under this grant id) | 1, n, 0 (still held by other grants of the owner) | 2, yielded,
+-- 0 (freed; 1: the next turn went to another service) | 3, token, 0 (handed to the next
+-- owner).
 -- Reply: three elements per operation, in order: the values its function returned, or -1,
 -- error message, 0 when it failed (a failed operation does not stop the others, and fails
 -- before it writes anything). One flat array: a table per operation would cost Redis more than
@@ -13,7 +19,8 @@ if #KEYS == 4 then
   -- a lone caller's operation, the common case when there is no load: a failure fails the call,
   -- which is its failure alone, so it goes without the loop and pcall
   if ARGV[2] == 'a' then
-    return {acquire(KEYS[1], KEYS[2], KEYS[3], KEYS[4], ARGV[3], ARGV[4], ARGV[5], ARGV[6])}
+    return {acquire(KEYS[1], KEYS[2], KEYS[3], KEYS[4], ARGV[3], ARGV[4], ARGV[5], ARGV[6],
+      ARGV[7])}
   end
   return {release(KEYS[1], KEYS[2], KEYS[3], KEYS[4], ARGV[3], ARGV[4], ARGV[5], ARGV[6],
     ARGV[7])}
@@ -24,7 +31,7 @@ for i = 1, #KEYS / 4 do
   local ok, code, x, y
   if ARGV[a] == 'a' then
     ok, code, x, y = pcall(acquire, KEYS[k], KEYS[k + 1], KEYS[k + 2], KEYS[k + 3],
-      ARGV[a + 1], ARGV[a + 2], ARGV[a + 3], ARGV[a + 4])
+      ARGV[a + 1], ARGV[a + 2], ARGV[a + 3], ARGV[a + 4], ARGV[a + 5])
   else
     ok, code, x, y = pcall(release, KEYS[k], KEYS[k + 1], KEYS[k + 2], KEYS[k + 3],
       ARGV[a + 1], ARGV[a + 2], ARGV[a + 3], ARGV[a + 4], ARGV[a + 5])

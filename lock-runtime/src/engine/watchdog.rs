@@ -7,9 +7,9 @@ use std::time::Duration;
 
 use redis::cluster_routing::Slot;
 
-use crate::engine::Inner;
-use crate::local::Renewal;
-use crate::scripts::{self, ScriptCall};
+use super::Inner;
+use super::local::Renewal;
+use crate::scripts::ScriptCall;
 
 /// Locks renewed per script call (one round trip each).
 const BATCH: usize = 256;
@@ -39,22 +39,19 @@ pub(crate) async fn run(inner: Weak<Inner>, period: Duration) {
 async fn renew_all(inner: &Arc<Inner>) {
     let lease_ms = u64::try_from(inner.config.watchdog_timeout().as_millis()).unwrap_or(u64::MAX);
     let due = inner.local.renewals();
-    let groups: Vec<Vec<Renewal>> = if inner.backend.is_cluster() {
-        // one script call may only touch keys of one slot
-        let mut by_slot: HashMap<Slot, Vec<Renewal>> = HashMap::new();
-        for r in due {
-            by_slot.entry(Slot::for_key(&*r.key)).or_default().push(r);
-        }
-        by_slot.into_values().collect()
-    } else {
-        vec![due]
-    };
-    for batch in groups.iter().flat_map(|group| group.chunks(BATCH)) {
-        let mut call = ScriptCall::new(&scripts::RENEW, batch.len());
+    // one script call renews holds of one kind (its script), and in cluster mode of one slot
+    let cluster = inner.backend.is_cluster();
+    let mut groups: HashMap<(usize, Option<Slot>), Vec<Renewal>> = HashMap::new();
+    for r in due {
+        let slot = cluster.then(|| Slot::for_key(&*r.key));
+        groups.entry((r.kind.id, slot)).or_default().push(r);
+    }
+    for batch in groups.values().flat_map(|group| group.chunks(BATCH)) {
+        let mut call = ScriptCall::new(batch[0].kind.renew, batch.len());
         for r in batch {
             call.key(&r.key);
         }
-        call.arg(lease_ms);
+        call.arg(lease_ms).arg("r");
         for r in batch {
             call.arg(&*r.owner).arg(&*r.grant);
         }

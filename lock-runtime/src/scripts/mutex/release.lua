@@ -1,4 +1,4 @@
--- Release one grant of a lock (an operation of ops.lua). When no grant is left: hand it to the
+-- The mutex kind: release one grant of a lock (an operation of ops.lua). When no grant is left: hand it to the
 -- next waiter of the releasing service when no other service waits; else give the next turn to
 -- the longest-registered other service (only it may take the lock for turn_ms) and tell it on
 -- the wake-up channel.

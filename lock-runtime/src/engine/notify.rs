@@ -9,7 +9,7 @@ use rand::Rng;
 use redis::{PushInfo, PushKind, Value};
 use tokio::sync::mpsc::UnboundedReceiver;
 
-use crate::engine::Inner;
+use super::Inner;
 use crate::scripts::{CHANNEL_SUFFIX, TURN_MS};
 
 /// Routes pushes until the service is dropped.

@@ -12,10 +12,13 @@
 use std::collections::{HashMap, VecDeque};
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, LazyLock, Mutex, MutexGuard};
-use std::time::{Duration, Instant};
+use std::time::Instant;
 
 use tokio::sync::Notify;
-use tokio_util::sync::CancellationToken;
+
+use super::Kind;
+use super::holds::{Hold, add_hold};
+pub(crate) use super::holds::{HoldCell, valid_until};
 
 /// A lock key as stored on Redis (prefix and hash tag applied).
 pub(crate) type LockKey = Arc<str>;
@@ -32,60 +35,6 @@ pub(crate) fn new_grant_id() -> GrantId {
     format!("{:016x}", NEXT.fetch_add(1, Ordering::Relaxed)).into()
 }
 
-/// How long a hold is valid for here: the lease counted from when the grant or renewal was
-/// *sent*, less a margin for clock drift between this process and Redis (1% + 2 ms, as in
-/// RedLock). Redis keeps the key at least that long, so once this passes the lock may be
-/// someone else's.
-pub(crate) fn valid_until(sent: Instant, lease_ms: u64) -> Instant {
-    let lease = Duration::from_millis(lease_ms);
-    let margin = lease / 100 + Duration::from_millis(2);
-    sent + lease.saturating_sub(margin)
-}
-
-/// What a hold's guards share: its loss signal and its validity deadline.
-#[derive(Debug)]
-pub(crate) struct HoldCell {
-    lost: CancellationToken,
-    valid_until: Mutex<Instant>,
-}
-
-impl HoldCell {
-    fn new(valid_until: Instant) -> Arc<HoldCell> {
-        Arc::new(HoldCell {
-            lost: CancellationToken::new(),
-            valid_until: Mutex::new(valid_until),
-        })
-    }
-
-    /// Until when the hold is valid, as far as is known now.
-    pub(crate) fn valid_until(&self) -> Instant {
-        *self
-            .valid_until
-            .lock()
-            .unwrap_or_else(|poisoned| poisoned.into_inner())
-    }
-
-    fn extend_to(&self, until: Instant) {
-        let mut valid = self
-            .valid_until
-            .lock()
-            .unwrap_or_else(|poisoned| poisoned.into_inner());
-        if until > *valid {
-            *valid = until;
-        }
-    }
-
-    /// Resolves when the hold was found gone or force-unlocked.
-    pub(crate) async fn cancelled(&self) {
-        self.lost.cancelled().await;
-    }
-
-    /// Whether the hold is believed to be in force on Redis.
-    pub(crate) fn is_live(&self, now: Instant) -> bool {
-        !self.lost.is_cancelled() && now < self.valid_until()
-    }
-}
-
 #[derive(Default)]
 pub(crate) struct Local {
     keys: Mutex<HashMap<LockKey, KeyState>>,
@@ -93,30 +42,14 @@ pub(crate) struct Local {
 }
 
 #[derive(Default)]
-struct KeyState {
-    holds: Vec<Hold>,
+pub(super) struct KeyState {
+    pub(super) holds: Vec<Hold>,
     waiters: VecDeque<Waiter>,
-}
-
-/// One grant held by one owner in this process (a generation): its guards re-enter it without
-/// asking Redis for a new grant, and a new grant never merges into it.
-struct Hold {
-    owner: OwnerField,
-    grant: GrantId,
-    guards: u32,
-    /// Guards without a lease: the watchdog renews the key while this is > 0.
-    watched: u32,
-    cell: Arc<HoldCell>,
-}
-
-impl Hold {
-    fn live(&self, now: Instant) -> bool {
-        self.cell.is_live(now)
-    }
 }
 
 struct Waiter {
     id: u64,
+    kind: &'static Kind,
     owner: OwnerField,
     /// The grant id of every attempt of this waiter and of a hand-off to it.
     grant: GrantId,
@@ -195,6 +128,7 @@ pub(crate) enum ReleasePlan {
 
 /// What the watchdog has to renew.
 pub(crate) struct Renewal {
+    pub(crate) kind: &'static Kind,
     pub(crate) key: LockKey,
     pub(crate) owner: OwnerField,
     pub(crate) grant: GrantId,
@@ -209,16 +143,30 @@ impl Local {
             .unwrap_or_else(|poisoned| poisoned.into_inner())
     }
 
-    /// The grant under which `owner` holds `key` in this process and that is still valid, so a
-    /// new lock call re-enters it.
-    pub(crate) fn holding(&self, key: &str, owner: &str) -> Option<GrantId> {
+    /// The grant under which `owner` holds `key` in this process, in the mode asked for
+    /// (shared or not), and that is still valid, so a new lock call re-enters it.
+    pub(crate) fn holding(&self, key: &str, owner: &str, shared: bool) -> Option<GrantId> {
         let keys = self.lock();
         let now = Instant::now();
         keys.get(key)?
             .holds
             .iter()
-            .find(|h| &*h.owner == owner && h.live(now))
+            .find(|h| &*h.owner == owner && h.kind.shared == shared && h.live(now))
             .map(|h| h.grant.clone())
+    }
+
+    /// The kinds of the valid holds `owner` has on `key` in this process.
+    pub(crate) fn held_kinds(&self, key: &str, owner: &str) -> Vec<&'static Kind> {
+        let keys = self.lock();
+        let now = Instant::now();
+        keys.get(key).map_or_else(Vec::new, |state| {
+            state
+                .holds
+                .iter()
+                .filter(|h| &*h.owner == owner && h.live(now))
+                .map(|h| h.kind)
+                .collect()
+        })
     }
 
     /// Adds a guard to the grant `grant` of `key` after Redis confirmed it (sent at `sent`,
@@ -257,7 +205,7 @@ impl Local {
             let hold = state.holds.swap_remove(i);
             hold.cell.lost.cancel();
         }
-        wake_head(state);
+        wake_front(state);
         if state.is_idle() {
             keys.remove(key);
         }
@@ -315,8 +263,8 @@ impl Local {
             }
             (None, None) => {}
         }
-        // The holds left are other owners' (one grant per owner and key at a time): a hand-off
-        // goes to the head only when none of them is in force.
+        // A hand-off goes to the head only when no other hold is in force (the kinds that hand
+        // off have one grant per key at a time).
         let now = Instant::now();
         let others_hold = state.holds.iter().any(|h| h.live(now));
         let reservation = match state.waiters.front_mut() {
@@ -363,10 +311,15 @@ impl Local {
         match (end, reserved) {
             (ReleaseEnd::HandedOff(token), Some(i)) => {
                 let w = &state.waiters[i];
-                let (owner, grant, watched, lease_ms) =
-                    (w.owner.clone(), w.grant.clone(), w.watched, w.lease_ms);
+                let (kind, owner, grant, watched, lease_ms) = (
+                    w.kind,
+                    w.owner.clone(),
+                    w.grant.clone(),
+                    w.watched,
+                    w.lease_ms,
+                );
                 let at = reservation.as_ref().map_or_else(Instant::now, |r| r.at);
-                add_hold(state, &owner, &grant, watched, at, lease_ms);
+                add_hold(state, kind, &owner, &grant, watched, at, lease_ms);
                 let waiter = &mut state.waiters[i];
                 waiter.state = WaiterState::Granted(token);
                 waiter.granted_at = at;
@@ -386,16 +339,18 @@ impl Local {
                 // the same moment as the other services' waiters, instead of racing ahead.
                 // When the turn went to another service, the head's attempt finds that out and
                 // waits for its turn; it must not sleep through the release.
-                wake_head(state);
+                wake_front(state);
                 None
             }
         }
     }
 
-    /// Puts a new waiter at the end of the line of `key`; its attempts carry `grant`.
+    /// Puts a new waiter for a hold of `kind` at the end of the line of `key`; its attempts
+    /// carry `grant`.
     pub(crate) fn enqueue(
         &self,
         key: &LockKey,
+        kind: &'static Kind,
         owner: &OwnerField,
         grant: &GrantId,
         lease_ms: u64,
@@ -409,6 +364,7 @@ impl Local {
         // stored permit would only make it attempt once more for nothing.
         state.waiters.push_back(Waiter {
             id,
+            kind,
             owner: owner.clone(),
             grant: grant.clone(),
             lease_ms,
@@ -426,44 +382,42 @@ impl Local {
         let Some(state) = keys.get_mut(key) else {
             return Turn::Wait;
         };
+        let Some(i) = state.waiters.iter().position(|w| w.id == id) else {
+            return Turn::Wait;
+        };
+        let w = &state.waiters[i];
+        if let WaiterState::Granted(token) = w.state {
+            return Turn::Granted {
+                token,
+                since: w.granted_at,
+            };
+        }
+        // The head looks; so does a waiter for a shared hold with only such waiters ahead of
+        // it (readers take their shares together, not one round trip after another).
+        let front =
+            i == 0 || (w.kind.shared && state.waiters.iter().take(i).all(|a| a.kind.shared));
+        if !front {
+            return Turn::Wait;
+        }
         let now = Instant::now();
-        let ahead = state
-            .holds
-            .iter()
-            .filter(|h| h.live(now))
-            .map(|h| (h.owner.clone(), h.cell.valid_until()))
-            .collect::<Vec<_>>();
-        match state.waiters.front_mut() {
-            Some(head) if head.id == id => match head.state {
-                WaiterState::Parked if ahead.iter().any(|(o, _)| *o != head.owner) => {
-                    let until = ahead
-                        .iter()
-                        .filter(|(o, _)| *o != head.owner)
-                        .map(|(_, until)| *until)
-                        .max()
-                        .unwrap_or(now);
-                    Turn::Behind { until }
+        match w.state {
+            WaiterState::Parked => {
+                let behind = state
+                    .holds
+                    .iter()
+                    .filter(|h| h.live(now) && h.blocks(&w.owner, w.kind.shared))
+                    .map(|h| h.cell.valid_until())
+                    .max();
+                match behind {
+                    Some(until) => Turn::Behind { until },
+                    None => {
+                        state.waiters[i].state = WaiterState::Attempting;
+                        Turn::Attempt
+                    }
                 }
-                WaiterState::Parked | WaiterState::Attempting => {
-                    head.state = WaiterState::Attempting;
-                    Turn::Attempt
-                }
-                WaiterState::Reserved => Turn::Wait,
-                WaiterState::Granted(token) => Turn::Granted {
-                    token,
-                    since: head.granted_at,
-                },
-            },
-            _ => match state.waiters.iter().find(|w| w.id == id) {
-                Some(w) => match w.state {
-                    WaiterState::Granted(token) => Turn::Granted {
-                        token,
-                        since: w.granted_at,
-                    },
-                    _ => Turn::Wait,
-                },
-                None => Turn::Wait,
-            },
+            }
+            WaiterState::Attempting => Turn::Attempt,
+            WaiterState::Reserved | WaiterState::Granted(_) => Turn::Wait,
         }
     }
 
@@ -488,10 +442,14 @@ impl Local {
             Some(w) if matches!(w.state, WaiterState::Granted(_)) => {
                 match state.holds.iter().find(|h| h.grant == w.grant) {
                     Some(hold) => hold.cell.clone(),
-                    None => add_hold(state, &w.owner, &w.grant, w.watched, sent, w.lease_ms),
+                    None => add_hold(
+                        state, w.kind, &w.owner, &w.grant, w.watched, sent, w.lease_ms,
+                    ),
                 }
             }
-            Some(w) => add_hold(state, &w.owner, &w.grant, w.watched, sent, w.lease_ms),
+            Some(w) => add_hold(
+                state, w.kind, &w.owner, &w.grant, w.watched, sent, w.lease_ms,
+            ),
             // not in line (cannot happen): a hold that is already lost
             None => {
                 let cell = HoldCell::new(sent);
@@ -538,7 +496,7 @@ impl Local {
             for hold in state.holds.drain(..) {
                 hold.cell.lost.cancel();
             }
-            wake_head(state);
+            wake_front(state);
             if state.is_idle() {
                 keys.remove(key);
             }
@@ -548,14 +506,14 @@ impl Local {
     /// Wakes the head waiter of `key` (a release message arrived).
     pub(crate) fn wake_head(&self, key: &str) {
         if let Some(state) = self.lock().get(key) {
-            wake_head(state);
+            wake_front(state);
         }
     }
 
     /// Wakes every head waiter (the subscriber reconnected and may have missed messages).
     pub(crate) fn wake_all_heads(&self) {
         for state in self.lock().values() {
-            wake_head(state);
+            wake_front(state);
         }
     }
 
@@ -600,6 +558,7 @@ impl Local {
         for (key, state) in keys.iter() {
             for hold in state.holds.iter().filter(|h| h.watched > 0 && h.live(now)) {
                 out.push(Renewal {
+                    kind: hold.kind,
                     key: key.clone(),
                     owner: hold.owner.clone(),
                     grant: hold.grant.clone(),
@@ -633,48 +592,18 @@ impl KeyState {
     }
 }
 
-fn wake_head(state: &KeyState) {
-    if let Some(head) = state.waiters.front() {
+/// Wakes the head waiter, and when it waits for a shared hold, the waiters for shared holds
+/// right behind it (see [`Local::turn`]).
+fn wake_front(state: &KeyState) {
+    let mut front = state.waiters.iter();
+    if let Some(head) = front.next() {
         head.wake.notify_one();
-    }
-}
-
-/// A new generation: never merged into an existing hold of the same owner.
-fn add_hold(
-    state: &mut KeyState,
-    owner: &OwnerField,
-    grant: &GrantId,
-    watched: bool,
-    sent: Instant,
-    lease_ms: u64,
-) -> Arc<HoldCell> {
-    // An earlier generation of the same owner is dead (a live one would have been re-entered):
-    // its guards are lost.
-    let now = Instant::now();
-    for hold in state
-        .holds
-        .iter()
-        .filter(|h| h.owner == *owner && h.grant != *grant)
-    {
-        if !hold.live(now) {
-            hold.cell.lost.cancel();
+        if head.kind.shared {
+            for w in front.take_while(|w| w.kind.shared) {
+                w.wake.notify_one();
+            }
         }
     }
-    if let Some(hold) = state.holds.iter_mut().find(|h| h.grant == *grant) {
-        hold.guards += 1;
-        hold.watched += u32::from(watched);
-        hold.cell.extend_to(valid_until(sent, lease_ms));
-        return hold.cell.clone();
-    }
-    let cell = HoldCell::new(valid_until(sent, lease_ms));
-    state.holds.push(Hold {
-        owner: owner.clone(),
-        grant: grant.clone(),
-        guards: 1,
-        watched: u32::from(watched),
-        cell: cell.clone(),
-    });
-    cell
 }
 
 /// Removes waiter `id`; when it was the head, wakes the new head.
@@ -682,14 +611,29 @@ fn remove_waiter(state: &mut KeyState, id: u64) -> Option<Waiter> {
     let i = state.waiters.iter().position(|w| w.id == id)?;
     let waiter = state.waiters.remove(i)?;
     if i == 0 {
-        wake_head(state);
+        wake_front(state);
     }
     Some(waiter)
 }
 
 #[cfg(test)]
 mod tests {
+    use std::time::Duration;
+
     use super::*;
+
+    static NO_SCRIPT: LazyLock<redis::Script> = LazyLock::new(|| redis::Script::new("return 0"));
+    /// An exclusive, re-entrant kind that hands off.
+    static TEST_KIND: Kind = Kind {
+        id: 0,
+        noun: "lock",
+        busy: "held",
+        lua: &[],
+        renew: &NO_SCRIPT,
+        shared: false,
+        reentrant: true,
+        hand_off: true,
+    };
 
     fn key() -> LockKey {
         "lock:{k}".into()
@@ -699,7 +643,15 @@ mod tests {
         let grant = new_grant_id();
         let mut keys = local.lock();
         let state = keys.entry(k.clone()).or_default();
-        add_hold(state, owner, &grant, watched, Instant::now(), 60_000);
+        add_hold(
+            state,
+            &TEST_KIND,
+            owner,
+            &grant,
+            watched,
+            Instant::now(),
+            60_000,
+        );
         grant
     }
 
@@ -708,8 +660,8 @@ mod tests {
         let local = Local::default();
         let (k, a, b) = (key(), OwnerField::from("i:a"), OwnerField::from("i:b"));
         let ga = hold(&local, &k, &a, true);
-        let (w1, _) = local.enqueue(&k, &b, &new_grant_id(), 100, false);
-        let (w2, _) = local.enqueue(&k, &"i:c".into(), &new_grant_id(), 100, false);
+        let (w1, _) = local.enqueue(&k, &TEST_KIND, &b, &new_grant_id(), 100, false);
+        let (w2, _) = local.enqueue(&k, &TEST_KIND, &"i:c".into(), &new_grant_id(), 100, false);
         assert_eq!(local.turn(&k, w2), Turn::Wait);
         // behind a live hold of this service the head does not ask Redis
         assert!(matches!(local.turn(&k, w1), Turn::Behind { .. }));
@@ -735,7 +687,7 @@ mod tests {
                 .is_none()
         );
         assert!(matches!(local.turn(&k, w1), Turn::Granted { token: 7, .. }));
-        assert!(local.holding(&k, "i:b").is_some());
+        assert!(local.holding(&k, "i:b", false).is_some());
         local.leave_granted(&k, w1, Instant::now());
         assert!(matches!(local.turn(&k, w2), Turn::Behind { .. }));
         assert_eq!(
@@ -750,7 +702,7 @@ mod tests {
         let local = Local::default();
         let (k, a) = (key(), OwnerField::from("i:a"));
         let g1 = hold(&local, &k, &a, false);
-        assert_eq!(local.holding(&k, &a).as_deref(), Some(&*g1));
+        assert_eq!(local.holding(&k, &a, false).as_deref(), Some(&*g1));
         let cell = local
             .add_guard(&k, &g1, false, Instant::now(), 60_000)
             .unwrap();
@@ -761,7 +713,7 @@ mod tests {
         // the grant is found gone: its guards are lost and the next call gets a new grant
         local.drop_grant(&k, &g1);
         assert!(!cell.is_live(Instant::now()));
-        assert!(local.holding(&k, &a).is_none());
+        assert!(local.holding(&k, &a, false).is_none());
         let g2 = hold(&local, &k, &a, false);
         assert_ne!(g1, g2);
         assert!(
@@ -786,9 +738,9 @@ mod tests {
             let mut keys = local.lock();
             let state = keys.entry(k.clone()).or_default();
             let sent = Instant::now() - Duration::from_millis(500);
-            add_hold(state, &a, &grant, false, sent, 300);
+            add_hold(state, &TEST_KIND, &a, &grant, false, sent, 300);
         }
-        assert!(local.holding(&k, &a).is_none());
+        assert!(local.holding(&k, &a, false).is_none());
         assert!(
             local
                 .add_guard(&k, &grant, false, Instant::now(), 300)
@@ -806,7 +758,7 @@ mod tests {
         let (k, a, b) = (key(), OwnerField::from("i:a"), OwnerField::from("i:b"));
         let ga = hold(&local, &k, &a, false);
         let gb = new_grant_id();
-        let (w1, _) = local.enqueue(&k, &b, &gb, 100, true);
+        let (w1, _) = local.enqueue(&k, &TEST_KIND, &b, &gb, 100, true);
         let ReleasePlan::Redis(Some(r)) = local.begin_release(&k, &ga, Some(false), true) else {
             panic!("reserved");
         };
@@ -824,7 +776,7 @@ mod tests {
         );
         // cancelled after the hand-off reached it
         let ga = hold(&local, &k, &a, false);
-        let (w2, _) = local.enqueue(&k, &b, &gb, 100, true);
+        let (w2, _) = local.enqueue(&k, &TEST_KIND, &b, &gb, 100, true);
         let ReleasePlan::Redis(Some(r)) = local.begin_release(&k, &ga, Some(false), true) else {
             panic!("reserved");
         };

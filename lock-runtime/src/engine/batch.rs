@@ -8,18 +8,19 @@
 //! would run alone (`ops.lua`): throughput grows with the load instead of being capped by the
 //! per-request cost of Redis and of the client.
 //!
-//! In cluster mode operations on different slots cannot share a script call: each is sent
-//! alone.
+//! One call runs the operations of one kind (the kind's script); queued operations of another
+//! kind go with the next call. In cluster mode operations on different slots cannot share a
+//! script call: each is sent alone.
 
 use std::sync::{Arc, Mutex, MutexGuard};
 
 use redis::Value;
 use tokio::sync::oneshot;
 
+use super::local::{GrantId, OwnerField};
+use super::{Ask, Inner, KeyNames, Kind, Target};
 use crate::backend::Synced;
-use crate::engine::{Ask, Inner, KeyNames};
 use crate::error::{ErrorKind, LockError};
-use crate::local::{GrantId, OwnerField};
 use crate::scripts::ScriptCall;
 
 /// Script calls on their way at once before operations queue: two keep Redis busy with one
@@ -31,7 +32,7 @@ const MAX_OPS: usize = 128;
 /// One lock operation of `ops.lua`.
 pub(crate) enum Op {
     Acquire {
-        names: KeyNames,
+        target: Target,
         owner: OwnerField,
         /// The id of the grant this attempt makes or confirms.
         grant: GrantId,
@@ -39,7 +40,7 @@ pub(crate) enum Op {
         ask: Ask,
     },
     Release {
-        names: KeyNames,
+        target: Target,
         owner: OwnerField,
         /// The grant to release.
         grant: GrantId,
@@ -50,10 +51,18 @@ pub(crate) enum Op {
 }
 
 impl Op {
-    fn names(&self) -> &KeyNames {
+    fn target(&self) -> &Target {
         match self {
-            Op::Acquire { names, .. } | Op::Release { names, .. } => names,
+            Op::Acquire { target, .. } | Op::Release { target, .. } => target,
         }
+    }
+
+    fn names(&self) -> &KeyNames {
+        &self.target().names
+    }
+
+    fn kind(&self) -> &'static Kind {
+        self.target().kind
     }
 
     /// Whether it may grant the lock, so the replicas must acknowledge it (`sync_replicas`).
@@ -112,8 +121,19 @@ impl Drop for Slot<'_> {
                 state.in_flight -= 1;
                 return;
             }
-            let n = state.queued.len().min(MAX_OPS);
-            state.queued.drain(..n).collect()
+            // the operations of the first one's kind, in order (one script runs them)
+            let kind = state.queued[0].0.kind();
+            let mut batch = Vec::new();
+            let mut rest = Vec::new();
+            for queued in state.queued.drain(..) {
+                if batch.len() < MAX_OPS && queued.0.kind() == kind {
+                    batch.push(queued);
+                } else {
+                    rest.push(queued);
+                }
+            }
+            state.queued = rest;
+            batch
         };
         // The slot passes to the task.
         let inner = self.inner.clone();
@@ -189,7 +209,11 @@ impl Inner {
     /// One `ops.lua` call for `ops`; one reply per operation, in order.
     async fn send_ops(&self, ops: &[Op]) -> Vec<OpReply> {
         // every key a script touches is declared (correct while a cluster slot migrates)
-        let mut call = ScriptCall::new(&self.ops_script, ops.len() * 4);
+        // (all of one kind)
+        let Some(kind) = ops.first().map(Op::kind) else {
+            return Vec::new();
+        };
+        let mut call = ScriptCall::new(self.ops_script(kind), ops.len() * 4);
         for op in ops {
             let names = op.names();
             call.key(&names.lock)
@@ -201,18 +225,18 @@ impl Inner {
         for op in ops {
             match op {
                 Op::Acquire {
+                    target,
                     owner,
                     grant,
                     lease_ms,
                     ask,
-                    ..
                 } => call
                     .arg("a")
                     .arg(&**owner)
                     .arg(&**grant)
                     .arg(lease_ms)
                     .arg(ask.horizon_arg())
-                    .arg(""),
+                    .arg(&*target.extra),
                 Op::Release {
                     owner, grant, next, ..
                 } => {

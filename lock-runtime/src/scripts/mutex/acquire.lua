@@ -1,13 +1,14 @@
--- Acquire, re-enter or confirm one lock (an operation of ops.lua).
+-- The mutex kind: acquire, re-enter or confirm one lock (an operation of ops.lua).
 -- Lock hash, fence counter, waiting-services zset, turn marker; owner field; grant id of this
 -- attempt (16 hex digits); lease in ms; waiter horizon in ms ('0': the caller will not wait, do
--- not register it; '-1': confirm a hold the owner has under this grant id, never grant)
+-- not register it; '-1': confirm a hold the owner has under this grant id, never grant); extra
+-- (unused)
 -- Returns three values: 1, token, 0: granted to this attempt | 2, token, grants: the owner
 -- holds it under this grant id (a confirmed re-entry, or this very attempt run before), or, for
 -- an owner that is the same in every process ('mesh:' fields), a grant of another process that
 -- this one now shares (tokens as decimal text) | 0, ms, 0: held by another owner or generation
 -- (or it is another service's turn) for about ms
-local function acquire(lock, fence_key, queue, turn_key, owner, grant_id, lease, horizon)
+local function acquire(lock, fence_key, queue, turn_key, owner, grant_id, lease, horizon, _)
   local lease_ms = checked_lease(lease)
   if horizon == '-1' then
     local held = redis.call('hget', lock, owner)

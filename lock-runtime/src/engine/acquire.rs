@@ -1,0 +1,308 @@
+//! Acquiring: re-entry, the waiter line, attempts on Redis, waiting for a wake-up or hand-off,
+//! and giving back what a caller that left was granted.
+
+use std::future::Future;
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use rand::Rng;
+use tokio::sync::Notify;
+use tracing::Instrument;
+
+use super::batch::Op;
+use super::guard::Guard;
+use super::local::{GrantId, OwnerField, Turn, new_grant_id};
+use super::{Ask, Attempt, Inner, Target, owner_field, parse_attempt, replica_sync_error};
+use crate::detach::Detachable;
+use crate::error::LockError;
+use crate::owner::OwnerId;
+use crate::scripts::{self, ScriptCall};
+
+impl Inner {
+    /// Acquires `target` for `owner`, waiting up to `wait` (`None`: until acquired).
+    pub(crate) async fn acquire(
+        self: Arc<Self>,
+        target: Target,
+        owner: OwnerId,
+        lease: Option<Duration>,
+        wait: Option<Duration>,
+    ) -> Result<Guard, LockError> {
+        let span = tracing::info_span!(
+            "lock.acquire",
+            kind = target.kind.noun,
+            key = %target.names.user,
+            owner = %owner,
+            fence = tracing::field::Empty,
+            waited_ms = tracing::field::Empty,
+        );
+        let started = Instant::now();
+        // a wait too long to count in an Instant is forever
+        let deadline = wait.and_then(|w| started.checked_add(w));
+        let result = self
+            .acquire_inner(
+                target,
+                owner,
+                lease,
+                deadline,
+                wait.unwrap_or(Duration::MAX),
+            )
+            .instrument(span.clone())
+            .await;
+        span.record("waited_ms", started.elapsed().as_millis() as u64);
+        if let Ok(guard) = &result {
+            span.record("fence", guard.fence());
+        }
+        result
+    }
+
+    async fn acquire_inner(
+        self: &Arc<Self>,
+        target: Target,
+        owner: OwnerId,
+        lease: Option<Duration>,
+        deadline: Option<Instant>,
+        wait: Duration,
+    ) -> Result<Guard, LockError> {
+        let names = &target.names;
+        let kind = target.kind;
+        let field = owner_field(&owner);
+        let lease_ms = Self::millis(lease.unwrap_or(self.config.watchdog_timeout()));
+        let watched = lease.is_none();
+        let guard = |inner: &Arc<Self>, token, grant: &GrantId, cell| {
+            Guard::new(
+                inner.clone(),
+                target.clone(),
+                owner.clone(),
+                field.clone(),
+                grant.clone(),
+                token,
+                lease,
+                cell,
+            )
+        };
+
+        // Re-entry: the owner holds the key here already, so it must not queue behind waiters
+        // that wait for it. Redis confirms that grant (and extends it to this lease); if it is
+        // gone, its guards are lost and this call waits for a new grant like any other.
+        let holding = kind
+            .reentrant
+            .then(|| self.local.holding(&names.lock, &field, kind.shared))
+            .flatten();
+        if let Some(grant) = holding {
+            let sent = Instant::now();
+            match self
+                .attempt(&target, &field, &grant, lease_ms, Ask::Confirm)
+                .await?
+            {
+                Attempt::Granted(token) | Attempt::Holding(token) => {
+                    if let Some(cell) =
+                        self.local
+                            .add_guard(&names.lock, &grant, watched, sent, lease_ms)
+                    {
+                        return Ok(guard(self, token, &grant, cell));
+                    }
+                }
+                Attempt::Held(_) => self.local.drop_grant(&names.lock, &grant),
+            }
+        }
+
+        let grant = new_grant_id();
+        let (id, wake) = self
+            .local
+            .enqueue(&names.lock, kind, &field, &grant, lease_ms, watched);
+        let mut ticket = Ticket {
+            inner: self,
+            target: &target,
+            id,
+            done: false,
+        };
+        let mut subscribed = false;
+        loop {
+            let mut hint = None;
+            match self.local.turn(&names.lock, id) {
+                Turn::Granted { token, since } => {
+                    ticket.done = true;
+                    let cell = self.local.leave_granted(&names.lock, id, since);
+                    return Ok(guard(self, token, &grant, cell));
+                }
+                Turn::Wait => {}
+                Turn::Behind { until } => {
+                    hint = Some(
+                        until.saturating_duration_since(Instant::now()) + Duration::from_millis(1),
+                    );
+                }
+                Turn::Attempt => {
+                    let sent = Instant::now();
+                    let horizon_ms = self.waiter_horizon(deadline);
+                    match self
+                        .attempt(&target, &field, &grant, lease_ms, Ask::Grant { horizon_ms })
+                        .await?
+                    {
+                        Attempt::Granted(token) | Attempt::Holding(token) => {
+                            ticket.done = true;
+                            let cell = self.local.leave_granted(&names.lock, id, sent);
+                            return Ok(guard(self, token, &grant, cell));
+                        }
+                        Attempt::Held(ttl) => {
+                            self.local.park(&names.lock, id);
+                            let out_of_time = deadline.is_some_and(|d| Instant::now() >= d);
+                            if !subscribed && !out_of_time {
+                                // Subscribe, then try again: a release between the failed
+                                // attempt and the subscription would otherwise go unnoticed.
+                                self.ensure_subscribed(&names.channel()).await?;
+                                subscribed = true;
+                                continue;
+                            }
+                            let jitter = rand::rng().random_range(1..=20);
+                            hint = Some(ttl + Duration::from_millis(jitter));
+                        }
+                    }
+                }
+            }
+            if deadline.is_some_and(|d| Instant::now() >= d) {
+                ticket.leave_now().await;
+                return Err(self.timeout_error(kind, names, wait));
+            }
+            wait_for(&wake, hint, deadline).await;
+        }
+    }
+
+    /// One acquire (`acquire.lua`) with the grant id `grant`. The call completes even if the
+    /// caller goes away. A grant nobody will use is given back: one that arrives after the
+    /// caller left, and - for [`Ask::Grant`] - any call whose outcome is unknown (it failed or
+    /// timed out, whether or not the caller still waits), since Redis may run it later. The
+    /// give-back releases that grant id only, so it never frees a hold that was already there.
+    async fn attempt(
+        self: &Arc<Self>,
+        target: &Target,
+        field: &OwnerField,
+        grant: &GrantId,
+        lease_ms: u64,
+        ask: Ask,
+    ) -> Result<Attempt, LockError> {
+        let (inner, t, f, g) = (self.clone(), target.clone(), field.clone(), grant.clone());
+        let call = async move { inner.run_acquire(&t, &f, &g, lease_ms, ask).await };
+        let (inner, n, f, g) = (self.clone(), target.clone(), field.clone(), grant.clone());
+        let orphan = move |reply: Result<Attempt, LockError>| {
+            let give_back = match &reply {
+                Ok(Attempt::Granted(_) | Attempt::Holding(_)) => ask != Ask::Confirm,
+                Err(_) => ask != Ask::Confirm,
+                Ok(Attempt::Held(_)) => false,
+            };
+            if give_back {
+                tracing::debug!(key = %n.names.user, ?reply, "acquire cancelled, giving the grant back");
+                inner.give_back(n, f, g);
+            }
+        };
+        let reply = Detachable::new(&self.runtime, call, orphan).await;
+        if let Err(e) = &reply
+            && ask != Ask::Confirm
+        {
+            tracing::debug!(key = %target.names.user, error = %e, "acquire failed; giving back whatever it may have granted");
+            self.give_back(target.clone(), field.clone(), grant.clone());
+        }
+        reply
+    }
+
+    async fn run_acquire(
+        self: &Arc<Self>,
+        target: &Target,
+        field: &OwnerField,
+        grant: &GrantId,
+        lease_ms: u64,
+        ask: Ask,
+    ) -> Result<Attempt, LockError> {
+        let names = &target.names;
+        let synced = self
+            .run_op(Op::Acquire {
+                target: target.clone(),
+                owner: field.clone(),
+                grant: grant.clone(),
+                lease_ms,
+                ask,
+            })
+            .await?;
+        match parse_attempt(&synced.reply, names)? {
+            Attempt::Granted(_) | Attempt::Holding(_)
+                if !synced.acknowledged && ask != Ask::Confirm =>
+            {
+                // not replicated: a failover could hand the lock to someone else
+                self.give_back(target.clone(), field.clone(), grant.clone());
+                Err(replica_sync_error(self, names))
+            }
+            attempt => Ok(attempt),
+        }
+    }
+}
+
+/// A place in a waiter line; leaving it (drop) gives back a hand-off that already arrived.
+struct Ticket<'a> {
+    inner: &'a Arc<Inner>,
+    target: &'a Target,
+    id: u64,
+    done: bool,
+}
+
+impl Ticket<'_> {
+    /// Leaves the line; when nobody of this service waits any more, deregisters the service as
+    /// waiting so that releases elsewhere do not give it a turn. Returns the deregistration
+    /// call when one is due, to await or spawn.
+    fn leave(&mut self) -> Option<impl Future<Output = ()> + Send + 'static> {
+        self.done = true;
+        let names = &self.target.names;
+        let (orphan, line_empty) = self.inner.local.leave(&names.lock, self.id);
+        if let Some(orphan) = orphan {
+            self.inner
+                .give_back(self.target.clone(), orphan.owner, orphan.grant);
+            return None;
+        }
+        if !line_empty {
+            return None;
+        }
+        let (inner, queue) = (self.inner.clone(), names.queue());
+        Some(async move {
+            let mut call = ScriptCall::new(&scripts::LEAVE, 1);
+            call.key(&queue).arg(&inner.service_id);
+            if let Err(e) = inner.backend.run::<i64>("leave", &call).await {
+                tracing::debug!(error = %e, "could not deregister a waiting service");
+            }
+        })
+    }
+
+    /// Leaves the line and, when this service stops waiting, deregisters it before returning:
+    /// a caller that gave up is not offered the next turn after it returned.
+    async fn leave_now(mut self) {
+        if let Some(deregister) = self.leave() {
+            deregister.await;
+        }
+    }
+}
+
+impl Drop for Ticket<'_> {
+    fn drop(&mut self) {
+        if self.done {
+            return;
+        }
+        if let Some(deregister) = self.leave() {
+            self.inner.runtime.spawn(deregister);
+        }
+    }
+}
+
+/// Sleeps until woken, `hint` elapsed (the lock's remaining lease) or the deadline.
+async fn wait_for(wake: &Notify, hint: Option<Duration>, deadline: Option<Instant>) {
+    let now = Instant::now();
+    let until = match (hint.map(|h| now + h), deadline) {
+        (Some(h), Some(d)) => Some(h.min(d)),
+        (h, d) => h.or(d),
+    };
+    match until {
+        Some(until) => {
+            tokio::select! {
+                () = wake.notified() => {}
+                () = tokio::time::sleep_until(until.into()) => {}
+            }
+        }
+        None => wake.notified().await,
+    }
+}

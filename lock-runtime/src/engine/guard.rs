@@ -1,0 +1,250 @@
+//! [`Guard`]: the core every kind's guard wraps - the hold's identity (kind, key, owner, grant),
+//! its fencing token, lease and validity deadline, release and extension.
+
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use tracing::Instrument;
+
+use super::local::{GrantId, HoldCell, OwnerField, valid_until};
+use super::{Inner, KeyNames, Released, Target};
+use crate::error::{ErrorKind, LockError};
+use crate::owner::OwnerId;
+use crate::scripts::ScriptCall;
+
+/// A hold of any kind. Dropping it releases it in the background.
+#[must_use = "dropping the guard releases the hold at once"]
+pub(crate) struct Guard {
+    inner: Arc<Inner>,
+    target: Target,
+    owner: OwnerId,
+    field: OwnerField,
+    /// The grant (generation) this guard belongs to.
+    grant: GrantId,
+    fence: u64,
+    lease: Option<Duration>,
+    /// Shared with the other guards of the grant: loss signal and validity deadline.
+    cell: Arc<HoldCell>,
+    acquired: Instant,
+    released: bool,
+    /// For a re-entry of an enclosing body's hold: its entry, taken while this guard lives.
+    entry: Option<tokio::sync::OwnedMutexGuard<()>>,
+}
+
+impl Guard {
+    #[allow(clippy::too_many_arguments)]
+    pub(crate) fn new(
+        inner: Arc<Inner>,
+        target: Target,
+        owner: OwnerId,
+        field: OwnerField,
+        grant: GrantId,
+        fence: u64,
+        lease: Option<Duration>,
+        cell: Arc<HoldCell>,
+    ) -> Self {
+        Guard {
+            inner,
+            target,
+            owner,
+            field,
+            grant,
+            fence,
+            lease,
+            cell,
+            acquired: Instant::now(),
+            released: false,
+            entry: None,
+        }
+    }
+
+    /// Keeps the entry of the enclosing hold this guard re-enters until the guard goes.
+    pub(crate) fn hold_entry(&mut self, entry: tokio::sync::OwnedMutexGuard<()>) {
+        self.entry = Some(entry);
+    }
+
+    /// The lock key on Redis and the service, which identify the hold in a call chain.
+    pub(crate) fn chain_frame(&self) -> (usize, Arc<str>) {
+        (Arc::as_ptr(&self.inner) as usize, self.names().lock.clone())
+    }
+
+    fn names(&self) -> &KeyNames {
+        &self.target.names
+    }
+
+    /// The lock key as it was asked for.
+    pub(crate) fn key(&self) -> &str {
+        &self.names().user
+    }
+
+    pub(crate) fn fence(&self) -> u64 {
+        self.fence
+    }
+
+    pub(crate) fn owner(&self) -> &OwnerId {
+        &self.owner
+    }
+
+    pub(crate) fn lease(&self) -> Option<Duration> {
+        self.lease
+    }
+
+    pub(crate) fn is_lost(&self) -> bool {
+        !self.cell.is_live(Instant::now())
+    }
+
+    pub(crate) fn valid_until(&self) -> Instant {
+        self.cell.valid_until()
+    }
+
+    /// Resolves when the hold is lost (see the kinds' `lost()` docs).
+    pub(crate) async fn lost(&self) -> LockError {
+        let why = loop {
+            let until = self.cell.valid_until();
+            tokio::select! {
+                () = self.cell.cancelled() => break "it was found gone or force-unlocked",
+                () = tokio::time::sleep_until(until.into()) => {
+                    if Instant::now() >= self.cell.valid_until() {
+                        break match self.lease {
+                            Some(_) => "its lease ran out",
+                            None => "it could not be renewed before its lease ran out",
+                        };
+                    }
+                }
+            }
+        };
+        LockError::new(
+            ErrorKind::Lost,
+            format!(
+                "{} `{}` was lost while held: {why}",
+                self.target.kind.noun,
+                self.key()
+            ),
+        )
+        .with_key(self.key())
+    }
+
+    /// Releases this guard (the grant on Redis with its last guard) and waits for Redis.
+    pub(crate) async fn release(mut self) -> Result<(), LockError> {
+        self.released = true;
+        let span = self.release_span();
+        let task = self.inner.release_now(
+            self.target.clone(),
+            self.field.clone(),
+            self.grant.clone(),
+            self.watched(),
+        );
+        let outcome = task.instrument(span).await;
+        match outcome {
+            Ok(Released::NotHeld) => Err(self.not_held("released", "when released")),
+            Ok(_) => Ok(()),
+            Err(e) => Err(e),
+        }
+    }
+
+    fn not_held(&self, what: &str, when: &str) -> LockError {
+        LockError::new(
+            ErrorKind::NotHeld,
+            format!(
+                "{} `{}` was not held by {} any more {when} (lease ran out after {:?}, or \
+                 force-unlocked); it was not {what}",
+                self.target.kind.noun,
+                self.key(),
+                self.owner,
+                self.acquired.elapsed()
+            ),
+        )
+        .with_key(self.key())
+    }
+
+    /// Sets the hold's lease to `lease` from now (shorter or longer than before) when it is
+    /// still held under this grant. A watched hold stays watched: the watchdog keeps renewing it
+    /// after this lease, as before. Other guards of the same grant (re-entries) share the new
+    /// lease.
+    pub(crate) async fn extend(&mut self, lease: Duration) -> Result<(), LockError> {
+        Inner::check_lease(self.target.kind, self.names(), Some(lease))?;
+        if self.is_lost() {
+            return Err(self.not_held("extended", "when extended"));
+        }
+        let lease_ms = Inner::millis(lease);
+        let mut call = ScriptCall::new(self.target.kind.renew, 1);
+        call.key(&self.names().lock)
+            .arg(lease_ms)
+            .arg("x")
+            .arg(&*self.field)
+            .arg(&*self.grant);
+        let sent = Instant::now();
+        let flags: Vec<i64> = self.inner.backend.run("extend", &call).await?;
+        match flags.as_slice() {
+            [1] => {
+                let until = valid_until(sent, lease_ms);
+                if self.watched() {
+                    self.cell.extend_to(until);
+                } else {
+                    self.cell.set_valid_until(until);
+                    self.lease = Some(lease);
+                }
+                Ok(())
+            }
+            [0] => {
+                self.inner.local.drop_grant(&self.names().lock, &self.grant);
+                Err(self.not_held("extended", "when extended"))
+            }
+            other => Err(LockError::new(
+                ErrorKind::Backend,
+                format!(
+                    "unexpected reply {other:?} extending {} `{}`",
+                    self.target.kind.noun,
+                    self.key()
+                ),
+            )
+            .with_key(self.key())),
+        }
+    }
+
+    fn watched(&self) -> bool {
+        self.lease.is_none()
+    }
+
+    fn release_span(&self) -> tracing::Span {
+        tracing::info_span!(
+            "lock.release",
+            kind = self.target.kind.noun,
+            key = %self.key(),
+            owner = %self.owner,
+            fence = self.fence,
+            held_ms = self.acquired.elapsed().as_millis() as u64,
+        )
+    }
+}
+
+impl Drop for Guard {
+    fn drop(&mut self) {
+        if self.released {
+            return;
+        }
+        let span = self.release_span();
+        let _enter = span.enter();
+        tracing::debug!("guard dropped without release(); releasing in the background");
+        // Detached: the join handle is not awaited; errors are logged by the span's events.
+        drop(self.inner.release_detached(
+            self.target.clone(),
+            self.field.clone(),
+            self.grant.clone(),
+            self.watched(),
+        ));
+    }
+}
+
+impl std::fmt::Debug for Guard {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Guard")
+            .field("kind", &self.target.kind.noun)
+            .field("key", &self.key())
+            .field("owner", &self.owner)
+            .field("fence", &self.fence)
+            .field("lease", &self.lease)
+            .field("lost", &self.is_lost())
+            .finish()
+    }
+}

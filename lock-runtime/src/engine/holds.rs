@@ -1,0 +1,136 @@
+//! Holds in this process: grants (generations) with their guards and validity deadlines.
+
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+
+use tokio_util::sync::CancellationToken;
+
+use super::Kind;
+use super::local::{GrantId, KeyState, OwnerField};
+
+/// How long a hold is valid for here: the lease counted from when the grant or renewal was
+/// *sent*, less a margin for clock drift between this process and Redis (1% + 2 ms, as in
+/// RedLock). Redis keeps the key at least that long, so once this passes the lock may be
+/// someone else's.
+pub(crate) fn valid_until(sent: Instant, lease_ms: u64) -> Instant {
+    let lease = Duration::from_millis(lease_ms);
+    let margin = lease / 100 + Duration::from_millis(2);
+    sent + lease.saturating_sub(margin)
+}
+
+/// What a hold's guards share: its loss signal and its validity deadline.
+#[derive(Debug)]
+pub(crate) struct HoldCell {
+    pub(super) lost: CancellationToken,
+    valid_until: Mutex<Instant>,
+}
+
+impl HoldCell {
+    pub(super) fn new(valid_until: Instant) -> Arc<HoldCell> {
+        Arc::new(HoldCell {
+            lost: CancellationToken::new(),
+            valid_until: Mutex::new(valid_until),
+        })
+    }
+
+    /// Until when the hold is valid, as far as is known now.
+    pub(crate) fn valid_until(&self) -> Instant {
+        *self
+            .valid_until
+            .lock()
+            .unwrap_or_else(|poisoned| poisoned.into_inner())
+    }
+
+    /// Moves the deadline to `until` if that is later.
+    pub(crate) fn extend_to(&self, until: Instant) {
+        let mut valid = self
+            .valid_until
+            .lock()
+            .unwrap_or_else(|poisoned| poisoned.into_inner());
+        if until > *valid {
+            *valid = until;
+        }
+    }
+
+    /// Sets the deadline to `until`, earlier or later (a new fixed lease).
+    pub(crate) fn set_valid_until(&self, until: Instant) {
+        *self
+            .valid_until
+            .lock()
+            .unwrap_or_else(|poisoned| poisoned.into_inner()) = until;
+    }
+
+    /// Resolves when the hold was found gone or force-unlocked.
+    pub(crate) async fn cancelled(&self) {
+        self.lost.cancelled().await;
+    }
+
+    /// Whether the hold is believed to be in force on Redis.
+    pub(crate) fn is_live(&self, now: Instant) -> bool {
+        !self.lost.is_cancelled() && now < self.valid_until()
+    }
+}
+
+/// One grant held by one owner in this process (a generation): its guards re-enter it without
+/// asking Redis for a new grant, and a new grant never merges into it.
+pub(super) struct Hold {
+    pub(super) kind: &'static Kind,
+    pub(super) owner: OwnerField,
+    pub(super) grant: GrantId,
+    pub(super) guards: u32,
+    /// Guards without a lease: the watchdog renews the key while this is > 0.
+    pub(super) watched: u32,
+    pub(super) cell: Arc<HoldCell>,
+}
+
+impl Hold {
+    pub(super) fn live(&self, now: Instant) -> bool {
+        self.cell.is_live(now)
+    }
+
+    /// Whether this hold keeps a waiter of `owner` (of a kind whose holds are `shared` or not)
+    /// from getting the lock: holds of one owner never conflict, shared ones neither.
+    pub(super) fn blocks(&self, owner: &OwnerField, shared: bool) -> bool {
+        self.owner != *owner && !(self.kind.shared && shared)
+    }
+}
+
+/// A new generation: never merged into an existing hold of the same owner.
+pub(super) fn add_hold(
+    state: &mut KeyState,
+    kind: &'static Kind,
+    owner: &OwnerField,
+    grant: &GrantId,
+    watched: bool,
+    sent: Instant,
+    lease_ms: u64,
+) -> Arc<HoldCell> {
+    // An earlier generation of the same owner is dead (a live one would have been re-entered):
+    // its guards are lost.
+    let now = Instant::now();
+    for hold in state
+        .holds
+        .iter()
+        .filter(|h| h.owner == *owner && h.grant != *grant)
+    {
+        if !hold.live(now) {
+            hold.cell.lost.cancel();
+        }
+    }
+    if let Some(hold) = state.holds.iter_mut().find(|h| h.grant == *grant) {
+        hold.guards += 1;
+        hold.watched += u32::from(watched);
+        hold.cell.extend_to(valid_until(sent, lease_ms));
+        return hold.cell.clone();
+    }
+    let cell = HoldCell::new(valid_until(sent, lease_ms));
+    state.holds.push(Hold {
+        kind,
+        owner: owner.clone(),
+        grant: grant.clone(),
+        guards: 1,
+        watched: u32::from(watched),
+        cell: cell.clone(),
+    });
+    cell
+}

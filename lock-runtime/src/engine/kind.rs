@@ -1,0 +1,47 @@
+//! What the engine needs to know about a lock kind, and nothing more: the kind's scripts and
+//! how its holds combine. Each kind (`crate::kinds`) describes itself with one static [`Kind`];
+//! the engine's waiting, hand-off, renewal, batching and give-back work the same for all.
+
+use std::sync::LazyLock;
+
+use redis::Script;
+
+/// How many kinds there can be: [`Kind::id`] indexes per-service tables of this size.
+pub(crate) const MAX_KINDS: usize = 8;
+
+/// A lock kind as the engine sees it.
+///
+/// The kind's Lua (see `scripts/ops.lua` for the contract) defines two functions,
+/// `acquire(lock, fence, queue, turn, owner, grant_id, lease, horizon, extra)` and
+/// `release(lock, fence, queue, turn, owner, grant_id, next_owner, next_id, next_lease)`,
+/// with the replies `ops.lua` documents; `renew` renews or extends holds by grant id.
+#[derive(Debug)]
+pub(crate) struct Kind {
+    /// Unique among kinds, below [`MAX_KINDS`].
+    pub(crate) id: usize,
+    /// How logs and errors call a hold of this kind ("lock", "read lock", ...).
+    pub(crate) noun: &'static str,
+    /// Why an acquire of this kind waits ("it is held by another owner"), for timeout errors.
+    pub(crate) busy: &'static str,
+    /// Lua source defining the kind's `acquire` and `release` functions (after the shared
+    /// prelude, before `ops.lua`).
+    pub(crate) lua: &'static [&'static str],
+    /// Renews (or sets the lease of) holds by grant id; see `scripts/mutex/renew.lua`.
+    pub(crate) renew: &'static LazyLock<Script>,
+    /// Holds of this kind by different owners can be in force together (readers, permits).
+    /// A waiter waits behind a hold of another owner in this process unless both are shared.
+    pub(crate) shared: bool,
+    /// A lock call of an owner that holds the key in this mode re-enters that hold.
+    pub(crate) reentrant: bool,
+    /// The release script can grant the lock to the next waiter of this service in the same
+    /// call (its `next_*` arguments).
+    pub(crate) hand_off: bool,
+}
+
+impl PartialEq for Kind {
+    fn eq(&self, other: &Self) -> bool {
+        self.id == other.id
+    }
+}
+
+impl Eq for Kind {}

@@ -1,0 +1,167 @@
+//! Releasing: the guard's bookkeeping at once, then the release script (handing the lock to a
+//! parked waiter of this service when the kind can), repeated until Redis answers when a call
+//! fails; and give-back of grants nobody will use.
+
+use std::future::Future;
+use std::pin::Pin;
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use super::batch::Op;
+use super::local::{GrantId, OwnerField, ReleaseEnd, ReleasePlan, Reservation};
+use super::{Inner, Released, Target, parse_released};
+use crate::detach::Detachable;
+use crate::error::LockError;
+
+type Detached<T> = Pin<Box<dyn Future<Output = T> + Send>>;
+
+impl Inner {
+    /// Releases one guard of grant `grant` in the background: drops the guard's bookkeeping
+    /// now, then (for a grant's last guard) runs `release.lua`, handing the lock to a parked
+    /// waiter of this service when it can.
+    pub(crate) fn release_detached(
+        self: &Arc<Self>,
+        target: Target,
+        field: OwnerField,
+        grant: GrantId,
+        watched: bool,
+    ) -> tokio::task::JoinHandle<Result<Released, LockError>> {
+        self.runtime
+            .spawn(self.release_call(target, field, grant, Some(watched), true))
+    }
+
+    /// Like [`release_detached`](Self::release_detached), but runs inline for a caller that
+    /// awaits it; if the caller goes away, the release still completes in a task.
+    pub(crate) fn release_now(
+        self: &Arc<Self>,
+        target: Target,
+        field: OwnerField,
+        grant: GrantId,
+        watched: bool,
+    ) -> Detachable<Result<Released, LockError>> {
+        Detachable::new(
+            &self.runtime,
+            self.release_call(target, field, grant, Some(watched), true),
+            drop,
+        )
+    }
+
+    /// Gives back the grant `grant` (one nobody will use, or whose outcome is unknown) in the
+    /// background, handing the lock to a parked waiter of this service when it can. Releasing
+    /// a grant id that was never granted changes nothing; a call that fails is repeated until
+    /// Redis answers (see [`repeat_release`](Self::repeat_release)).
+    pub(crate) fn give_back(self: &Arc<Self>, target: Target, field: OwnerField, grant: GrantId) {
+        let call = self.release_call(target, field, grant, None, true);
+        self.runtime.spawn(call);
+    }
+
+    /// The bookkeeping happens now; the returned future runs the script when it is needed.
+    fn release_call(
+        self: &Arc<Self>,
+        target: Target,
+        field: OwnerField,
+        grant: GrantId,
+        guard: Option<bool>,
+        hand_off: bool,
+    ) -> Detached<Result<Released, LockError>> {
+        let hand_off = hand_off && target.kind.hand_off;
+        match self
+            .local
+            .begin_release(&target.names.lock, &grant, guard, hand_off)
+        {
+            ReleasePlan::Local => Box::pin(std::future::ready(Ok(Released::StillHeld))),
+            ReleasePlan::NotHeld => Box::pin(std::future::ready(Ok(Released::NotHeld))),
+            ReleasePlan::Redis(reservation) => {
+                Box::pin(
+                    self.clone()
+                        .finish_release(target, field, grant, reservation),
+                )
+            }
+        }
+    }
+
+    async fn finish_release(
+        self: Arc<Self>,
+        target: Target,
+        field: OwnerField,
+        grant: GrantId,
+        reservation: Option<Reservation>,
+    ) -> Result<Released, LockError> {
+        let names = &target.names;
+        let op = Op::Release {
+            target: target.clone(),
+            owner: field.clone(),
+            grant: grant.clone(),
+            next: reservation
+                .as_ref()
+                .map(|r| (r.owner.clone(), r.grant.clone(), r.lease_ms)),
+        };
+        let reply = match self.run_op(op).await {
+            Ok(synced) => match parse_released(&synced.reply, names) {
+                // a hand-off is a grant: it needs the replicas' acknowledgement like any other
+                Ok(Released::HandedOff(_)) if !synced.acknowledged => {
+                    if let Some(r) = &reservation {
+                        self.give_back_plain(target.clone(), r.owner.clone(), r.grant.clone());
+                    }
+                    Ok(Released::Freed { yielded: false })
+                }
+                other => other,
+            },
+            Err(e) => Err(e),
+        };
+        let end = match &reply {
+            Ok(Released::HandedOff(token)) => ReleaseEnd::HandedOff(*token),
+            Ok(Released::Freed { .. }) => ReleaseEnd::Freed,
+            Ok(_) => ReleaseEnd::Unchanged,
+            Err(_) => ReleaseEnd::Unknown,
+        };
+        if let Some(orphan) = self.local.end_release(&names.lock, reservation, end) {
+            tracing::debug!(key = %names.user, "hand-off target left, giving the lock back");
+            self.give_back(target.clone(), orphan.owner, orphan.grant);
+        }
+        if let Err(e) = &reply {
+            // The release may not have run: repeat it (without a hand-off) until Redis answers,
+            // so the lock is not left held for its whole lease.
+            tracing::debug!(key = %names.user, error = %e, "release failed; repeating it in the background");
+            self.runtime
+                .spawn(self.clone().repeat_release(target.clone(), field, grant));
+        }
+        reply
+    }
+
+    /// Repeats the release of `grant` until Redis answers, for at most a minute or the
+    /// watchdog timeout, whichever is longer (a grant with a longer fixed lease is left to it).
+    async fn repeat_release(self: Arc<Self>, target: Target, field: OwnerField, grant: GrantId) {
+        let names = &target.names;
+        let started = Instant::now();
+        let give_up = self.config.watchdog_timeout().max(Duration::from_secs(60));
+        let mut pause = Duration::from_millis(20);
+        while started.elapsed() < give_up {
+            tokio::time::sleep(pause).await;
+            pause = (pause * 2).min(Duration::from_millis(500));
+            let op = Op::Release {
+                target: target.clone(),
+                owner: field.clone(),
+                grant: grant.clone(),
+                next: None,
+            };
+            match self.run_op(op).await {
+                Ok(_) => {
+                    self.local.wake_head(&names.lock);
+                    return;
+                }
+                Err(e) => tracing::debug!(key = %names.user, error = %e, "release failed again"),
+            }
+        }
+        tracing::warn!(key = %names.user, "could not release a lock; it expires with its lease");
+    }
+
+    /// Gives back a grant without handing it to a waiter of this service (used when the grant
+    /// was not replicated: handing it over would only repeat that).
+    fn give_back_plain(self: &Arc<Self>, target: Target, field: OwnerField, grant: GrantId) {
+        drop(
+            self.runtime
+                .spawn(self.release_call(target, field, grant, None, false)),
+        );
+    }
+}

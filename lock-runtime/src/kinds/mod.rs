@@ -1,0 +1,189 @@
+//! The lock kinds. Each is one module over the engine: its scripts (in `scripts/<kind>/`), its
+//! key layout, its request builder and its guard. The engine does the waiting, hand-off,
+//! renewal, batching and give-back for all of them.
+
+pub(crate) mod mutex;
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use crate::engine::{Guard, Inner, KeyNames, Kind, Target};
+use crate::error::{ErrorKind, LockError};
+use crate::owner::{self, OwnerId};
+use crate::service::LockService;
+
+/// An acquire whose owner was resolved when the request was made (in the caller's call chain,
+/// see [`owner`]): a new owner, an explicit one, or the re-entry of an enclosing locked body.
+pub(crate) struct Acquiring {
+    inner: Arc<Inner>,
+    target: Result<Target, LockError>,
+    resolved: owner::Resolved,
+}
+
+impl Acquiring {
+    pub(crate) fn new(
+        service: &LockService,
+        kind: &'static Kind,
+        names: Result<KeyNames, LockError>,
+        explicit: Option<OwnerId>,
+    ) -> Acquiring {
+        let resolved = match (explicit, &names) {
+            (Some(owner), _) => owner::Resolved::Owner(owner),
+            (None, Ok(names)) => owner::resolve(service.id(), &names.lock),
+            (None, Err(_)) => owner::Resolved::AcrossSpawn, // not used: the key error comes first
+        };
+        Acquiring {
+            inner: service.inner.clone(),
+            target: names.map(|names| Target::new(kind, names)),
+            resolved,
+        }
+    }
+
+    /// The kind's extra argument to its acquire script.
+    pub(crate) fn with_extra(mut self, extra: String) -> Self {
+        if let Ok(target) = &mut self.target {
+            target.extra = extra.into();
+        }
+        self
+    }
+
+    /// The owner this acquire runs as, when the key was valid and it is not refused.
+    pub(crate) fn owner(&self) -> Option<&OwnerId> {
+        match &self.resolved {
+            owner::Resolved::Owner(owner) | owner::Resolved::ReEnter { owner, .. } => Some(owner),
+            owner::Resolved::AcrossSpawn => None,
+        }
+    }
+
+    pub(crate) fn inner(&self) -> &Arc<Inner> {
+        &self.inner
+    }
+
+    /// Acquires with `lease` (`None`: watched), waiting up to `wait` (`None`: until acquired).
+    pub(crate) async fn run(
+        self,
+        lease: Option<Duration>,
+        wait: Option<Duration>,
+    ) -> Result<Guard, LockError> {
+        let target = self.target?;
+        Inner::check_lease(target.kind, &target.names, lease)?;
+        let inner = self.inner;
+        match self.resolved {
+            owner::Resolved::Owner(owner) => inner.acquire(target, owner, lease, wait).await,
+            owner::Resolved::ReEnter { owner, entry } => {
+                // concurrent children of the holding body re-enter one at a time
+                let started = std::time::Instant::now();
+                let entered = match wait {
+                    Some(wait) => tokio::time::timeout(wait, entry.lock_owned())
+                        .await
+                        .map_err(|_| inner.timeout_error(target.kind, &target.names, wait))?,
+                    None => entry.lock_owned().await,
+                };
+                let left = wait.map(|w| w.saturating_sub(started.elapsed()));
+                let mut guard = inner.acquire(target, owner, lease, left).await?;
+                guard.hold_entry(entered);
+                Ok(guard)
+            }
+            owner::Resolved::AcrossSpawn => Err(LockError::new(
+                ErrorKind::WouldDeadlock,
+                format!(
+                    "{} `{}` is held further up this call chain, by the task that spawned \
+                     this one (owner::spawn); waiting for it here would wait for that task, \
+                     which may be waiting for this one. Re-entry follows one call chain: do \
+                     the locked work in the holding task, or use another key",
+                    target.kind.noun, target.names.user
+                ),
+            )
+            .with_key(&target.names.user)),
+        }
+    }
+}
+
+/// The methods every guard has, forwarded to its [`Guard`](crate::engine::Guard) core, with the
+/// docs written for the kind (`$noun`: "lock", "read lock", ...).
+macro_rules! guard_methods {
+    ($noun:literal) => {
+        /// The key as it was asked for.
+        pub fn key(&self) -> &str {
+            self.core.key()
+        }
+
+        #[doc = concat!("The fencing token of this ", $noun, ": see [`LockGuard::fence`](crate::LockGuard::fence).")]
+        pub fn fence(&self) -> u64 {
+            self.core.fence()
+        }
+
+        #[doc = concat!("The owner holding the ", $noun, ".")]
+        pub fn owner(&self) -> &crate::OwnerId {
+            self.core.owner()
+        }
+
+        /// The fixed lease, or `None` when the watchdog renews the hold.
+        pub fn lease(&self) -> Option<std::time::Duration> {
+            self.core.lease()
+        }
+
+        #[doc = concat!("Whether the ", $noun, " is known to be lost: its validity deadline passed (see [`lost`](Self::lost)), a renewal or re-entry found it gone, or it was force-unlocked from this service.")]
+        pub fn is_lost(&self) -> bool {
+            self.core.is_lost()
+        }
+
+        /// The instant until which this hold is known to be valid: the last successful grant,
+        /// renewal or extension's *send* time plus the lease, less a margin for clock drift
+        /// (1% + 2 ms). The watchdog pushes it further with every renewal.
+        pub fn valid_until(&self) -> std::time::Instant {
+            self.core.valid_until()
+        }
+
+        #[doc = concat!("Resolves when the ", $noun, " is lost, with an error of kind [`ErrorKind::Lost`](crate::ErrorKind::Lost) that says why.")]
+        ///
+        /// It fires at the hold's validity deadline ([`valid_until`](Self::valid_until)) unless
+        /// a renewal pushed the deadline further, and at once when a renewal or re-entry finds
+        /// the hold gone or this service force-unlocks it. The deadline is counted from when the
+        /// grant or renewal was sent, so it passes no later than Redis expires the hold (with
+        /// clocks that drift by less than 1%): nobody else can be granted it before `lost()`
+        /// fires, except through a force-unlock from another service (seen at the next renewal)
+        /// or a failover that loses the grant. Never resolves while the hold is valid.
+        ///
+        /// # Cancel safety
+        /// Cancel safe: dropping the future changes nothing.
+        pub async fn lost(&self) -> crate::LockError {
+            self.core.lost().await
+        }
+
+        #[doc = concat!("Sets the ", $noun, "'s lease to `lease` from now, shorter or longer than before, while this grant still holds it.")]
+        ///
+        /// A hold without a lease stays watched: the watchdog keeps renewing it afterwards, so
+        /// it lasts at least `lease`, then as long as it is held. Re-entries of the same grant
+        /// share the new lease.
+        ///
+        /// # Errors
+        /// [`ErrorKind::NotHeld`](crate::ErrorKind::NotHeld) when the hold is lost (nothing is
+        /// changed on Redis), [`ErrorKind::InvalidArgument`](crate::ErrorKind::InvalidArgument)
+        /// for a lease outside 1 ms to 3650 days, [`ErrorKind::Backend`](crate::ErrorKind::Backend)
+        /// when Redis failed (the hold keeps its old lease).
+        pub async fn extend(&mut self, lease: std::time::Duration) -> Result<(), crate::LockError> {
+            self.core.extend(lease).await
+        }
+
+        #[doc = concat!("Releases the ", $noun, " and waits for Redis to confirm.")]
+        ///
+        /// Releasing an inner (re-entered) guard only counts down here; the last guard of a
+        /// grant releases it on Redis.
+        ///
+        /// # Errors
+        /// [`ErrorKind::NotHeld`](crate::ErrorKind::NotHeld) when this grant no longer held it
+        /// (its lease ran out, it was found gone or force-unlocked): Redis is not touched then,
+        /// so a later grant of the same owner is never released by a stale guard.
+        /// [`ErrorKind::Backend`](crate::ErrorKind::Backend) when Redis failed; the release is
+        /// then repeated in the background until Redis answers.
+        ///
+        /// # Cancel safety
+        /// The release runs in its own task: cancelling this future does not stop it.
+        pub async fn release(self) -> Result<(), crate::LockError> {
+            self.core.release().await
+        }
+    };
+}
+
+pub(crate) use guard_methods;
