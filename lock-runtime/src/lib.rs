@@ -116,7 +116,10 @@ mod service;
 pub use config::{DefaultWait, LockConfig, Topology};
 pub use context::{Held, current_fence, current_lock_key};
 pub use error::{ErrorKind, LockError};
+pub use kinds::multi::{MultiGuard, MultiRequest};
 pub use kinds::mutex::{LockGuard, LockRequest};
+pub use kinds::rw::{ReadGuard, ReadRequest, RwRequest, WriteGuard, WriteRequest};
+pub use kinds::semaphore::{Permit, PermitRequest, Semaphore};
 pub use owner::OwnerId;
 pub use registry::{
     CONFIG_ENV, DEFAULT_CONFIG_FILE, global, init, init_from_env, init_from_file, try_global,

@@ -68,6 +68,40 @@ impl LockService {
         LockRequest::new(self, key.into())
     }
 
+    /// Starts a request for a read (shared) hold of the read-write lock `key`: many readers at
+    /// once, no writer meanwhile. A waiting writer stops new readers (writers do not starve); a
+    /// read inside a write body of the same call chain (or owner) is granted at once
+    /// (downgrade). See [`ReadGuard`](crate::ReadGuard).
+    ///
+    /// A read-write lock `key` is not the mutex `key`: they live under different Redis keys.
+    pub fn read(&self, key: impl Into<String>) -> crate::ReadRequest<'_> {
+        crate::ReadRequest::read(self, key.into())
+    }
+
+    /// Starts a request for the write (exclusive) hold of the read-write lock `key`: no other
+    /// writer and no reader meanwhile; fenced. An owner that holds `key` for reading gets
+    /// [`ErrorKind::WouldDeadlock`](crate::ErrorKind::WouldDeadlock) at once (an upgrade would
+    /// wait for itself). See [`WriteGuard`](crate::WriteGuard).
+    pub fn write(&self, key: impl Into<String>) -> crate::WriteRequest<'_> {
+        crate::WriteRequest::write(self, key.into())
+    }
+
+    /// Starts a request for every lock in `keys` at once (all or nothing; see
+    /// [`MultiRequest`](crate::MultiRequest)), e.g. both accounts of a transfer.
+    pub fn lock_all<I>(&self, keys: I) -> crate::MultiRequest<'_>
+    where
+        I: IntoIterator,
+        I::Item: Into<String>,
+    {
+        crate::MultiRequest::new(self, keys.into_iter().map(Into::into).collect())
+    }
+
+    /// The semaphore `name` with `permits` permits cluster-wide (see
+    /// [`Semaphore`](crate::Semaphore)).
+    pub fn semaphore(&self, name: impl Into<String>, permits: u32) -> crate::Semaphore {
+        crate::Semaphore::new(self.clone(), name.into(), permits)
+    }
+
     /// Tries once, without waiting: `lock(key).wait(Duration::ZERO)`.
     pub fn try_lock(&self, key: impl Into<String>) -> LockRequest<'_> {
         self.lock(key).wait(Duration::ZERO)

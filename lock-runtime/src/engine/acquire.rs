@@ -106,6 +106,28 @@ impl Inner {
             }
         }
 
+        // An owner that holds the key in another mode (a writer taking a read share) does not
+        // queue behind waiters that wait for its own hold: it asks once, at once.
+        if kind.reentrant && !self.local.held_kinds(&names.lock, &field).is_empty() {
+            let grant = new_grant_id();
+            let sent = Instant::now();
+            let ask = Ask::Grant { horizon_ms: 0 };
+            if let Attempt::Granted(token) | Attempt::Holding(token) =
+                self.attempt(&target, &field, &grant, lease_ms, ask).await?
+            {
+                let cell = self.local.add_new_hold(
+                    &names.lock,
+                    kind,
+                    &field,
+                    &grant,
+                    watched,
+                    sent,
+                    lease_ms,
+                );
+                return Ok(guard(self, token, &grant, cell));
+            }
+        }
+
         let grant = new_grant_id();
         let (id, wake) = self
             .local

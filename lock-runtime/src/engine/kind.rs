@@ -31,6 +31,9 @@ pub(crate) struct Kind {
     /// Holds of this kind by different owners can be in force together (readers, permits).
     /// A waiter waits behind a hold of another owner in this process unless both are shared.
     pub(crate) shared: bool,
+    /// Waiters at the front of a line attempt together while they all are of a joint kind
+    /// (readers take their shares at once); otherwise only the head attempts.
+    pub(crate) joint: bool,
     /// A lock call of an owner that holds the key in this mode re-enters that hold.
     pub(crate) reentrant: bool,
     /// The release script can grant the lock to the next waiter of this service in the same

@@ -155,6 +155,24 @@ impl Local {
             .map(|h| h.grant.clone())
     }
 
+    /// Registers a new hold of `kind` that `owner` was granted without waiting in line (sent
+    /// at `sent` with `lease_ms`).
+    #[allow(clippy::too_many_arguments)]
+    pub(crate) fn add_new_hold(
+        &self,
+        key: &LockKey,
+        kind: &'static Kind,
+        owner: &OwnerField,
+        grant: &GrantId,
+        watched: bool,
+        sent: Instant,
+        lease_ms: u64,
+    ) -> Arc<HoldCell> {
+        let mut keys = self.lock();
+        let state = keys.entry(key.clone()).or_default();
+        add_hold(state, kind, owner, grant, watched, sent, lease_ms)
+    }
+
     /// The kinds of the valid holds `owner` has on `key` in this process.
     pub(crate) fn held_kinds(&self, key: &str, owner: &str) -> Vec<&'static Kind> {
         let keys = self.lock();
@@ -392,8 +410,8 @@ impl Local {
                 since: w.granted_at,
             };
         }
-        // The head looks; so does a waiter for a shared hold with only such waiters ahead of
-        // it (readers take their shares together, not one round trip after another).
+        // The head looks; so does a waiter of a joint kind with only such waiters ahead of it
+        // (readers take their shares together, not one round trip after another).
         let front =
             i == 0 || (w.kind.shared && state.waiters.iter().take(i).all(|a| a.kind.shared));
         if !front {
@@ -592,14 +610,14 @@ impl KeyState {
     }
 }
 
-/// Wakes the head waiter, and when it waits for a shared hold, the waiters for shared holds
-/// right behind it (see [`Local::turn`]).
+/// Wakes the head waiter, and when it is of a joint kind, the waiters of joint kinds right
+/// behind it (see [`Local::turn`]).
 fn wake_front(state: &KeyState) {
     let mut front = state.waiters.iter();
     if let Some(head) = front.next() {
         head.wake.notify_one();
-        if head.kind.shared {
-            for w in front.take_while(|w| w.kind.shared) {
+        if head.kind.joint {
+            for w in front.take_while(|w| w.kind.joint) {
                 w.wake.notify_one();
             }
         }
@@ -631,6 +649,7 @@ mod tests {
         lua: &[],
         renew: &NO_SCRIPT,
         shared: false,
+        joint: false,
         reentrant: true,
         hand_off: true,
     };

@@ -2,7 +2,10 @@
 //! key layout, its request builder and its guard. The engine does the waiting, hand-off,
 //! renewal, batching and give-back for all of them.
 
+pub(crate) mod multi;
 pub(crate) mod mutex;
+pub(crate) mod rw;
+pub(crate) mod semaphore;
 
 use std::sync::Arc;
 use std::time::Duration;
@@ -187,3 +190,33 @@ macro_rules! guard_methods {
 }
 
 pub(crate) use guard_methods;
+
+/// The lease and wait options every request builder has (fields `lease` and `wait`).
+macro_rules! request_methods {
+    ($noun:literal) => {
+        #[doc = concat!("Hold the ", $noun, " for at most `lease`: it expires then even if this process dies or forgets to release it. Without a lease the watchdog keeps it (with `watchdog_timeout`) until it is released.")]
+        pub fn lease(mut self, lease: std::time::Duration) -> Self {
+            self.lease = Some(lease);
+            self
+        }
+
+        #[doc = concat!("Give up with [`ErrorKind::Timeout`](crate::ErrorKind::Timeout) when the ", $noun, " could not be acquired within `wait`. Without it the request waits until it is acquired; `Duration::ZERO` tries once.")]
+        pub fn wait(mut self, wait: std::time::Duration) -> Self {
+            self.wait = Some(wait);
+            self
+        }
+
+        /// Wait at most `wait` when it is `Some`, until acquired when it is `None`.
+        pub fn wait_at_most(mut self, wait: Option<std::time::Duration>) -> Self {
+            self.wait = wait;
+            self
+        }
+
+        /// Try once, without waiting (the try-once / skip pattern): `wait(Duration::ZERO)`.
+        pub fn try_once(self) -> Self {
+            self.wait(std::time::Duration::ZERO)
+        }
+    };
+}
+
+pub(crate) use request_methods;

@@ -32,6 +32,7 @@ pub(crate) static MUTEX: Kind = Kind {
     ],
     renew: &RENEW,
     shared: false,
+    joint: false,
     reentrant: true,
     hand_off: true,
 };
@@ -51,6 +52,11 @@ pub struct LockRequest<'a> {
 }
 
 impl<'a> LockRequest<'a> {
+    /// Try once, without waiting (the try-once / skip pattern): `wait(Duration::ZERO)`.
+    pub fn try_once(self) -> Self {
+        self.wait(Duration::ZERO)
+    }
+
     pub(crate) fn new(service: &'a LockService, key: String) -> Self {
         LockRequest {
             service,

@@ -48,13 +48,13 @@ local function checked_lease(lease)
   return ms
 end
 
--- Grants `lock` to `owner` under the grant id `grant_id` for lease_ms; returns the fencing
--- token as decimal text. In the common case the clock is ahead of the last token, and one
+-- The next fencing token of the lock whose counter is `fence_key`, as decimal text, stored as
+-- the last token issued. In the common case the clock is ahead of the last token, and one
 -- SET ... GET reads the last token and writes the new one; only a counter ahead of the clock is
 -- written a second time. Tokens are compared as decimal text without sign or leading zeros (the
 -- longer is larger; digits collate in order in every locale), which costs less than converting
 -- them to numbers.
-local function grant(lock, fence_key, owner, grant_id, lease_ms)
+local function next_token(fence_key)
   if not time then
     time = redis.call('time')
   end
@@ -73,6 +73,13 @@ local function grant(lock, fence_key, owner, grant_id, lease_ms)
       redis.call('set', fence_key, token)
     end
   end
+  return token
+end
+
+-- Grants `lock` (a mutex or write hold) to `owner` under the grant id `grant_id` for lease_ms;
+-- returns the fencing token as decimal text.
+local function grant(lock, fence_key, owner, grant_id, lease_ms)
+  local token = next_token(fence_key)
   redis.call('hset', lock, owner, grant_id, ':fence', token)
   redis.call('pexpire', lock, lease_ms)
   return token
@@ -82,8 +89,8 @@ end
 -- The next turn goes to the lowest score, so a registration only ever moves a service back
 -- (GT): a service whose release just yielded, and so went to the back of the line, cannot move
 -- ahead again by its next waiter's attempt.
-local function register_waiter(queue, horizon_ms)
-  redis.call('zadd', queue, 'gt', now_ms() + horizon_ms, service)
+local function register_waiter(queue, horizon_ms, member)
+  redis.call('zadd', queue, 'gt', now_ms() + horizon_ms, member or service)
   if redis.call('pttl', queue) < horizon_ms then
     redis.call('pexpire', queue, horizon_ms)
   end

@@ -1,0 +1,200 @@
+//! Multi-key locks: all of several mutexes or none. No scripts or keys of its own: it takes
+//! the mutexes (`kinds::mutex`) in one global order - their Redis key - so two callers locking
+//! `[a, b]` and `[b, a]` cannot deadlock, and gives back what it took when it cannot take all.
+
+use std::fmt;
+use std::future::{Future, IntoFuture};
+use std::pin::Pin;
+use std::task::Poll;
+use std::time::{Duration, Instant};
+
+use super::Acquiring;
+use super::mutex::{LockGuard, MUTEX};
+use crate::error::LockError;
+use crate::owner::OwnerId;
+use crate::service::LockService;
+
+/// A request for several locks at once, built by [`LockService::lock_all`]; awaiting it
+/// acquires all of them or none.
+///
+/// The locks are taken one after another in the order of their Redis keys (the same order in
+/// every process), each waiting for the time left of `wait`. When one cannot be taken in time,
+/// the ones already taken are released before the error returns. Each key re-enters a hold of
+/// an enclosing locked body like [`LockService::lock`].
+///
+/// # Cancel safety
+/// Dropping the future releases what it took (in the background).
+#[must_use = "a lock request does nothing until it is awaited"]
+pub struct MultiRequest<'a> {
+    service: &'a LockService,
+    keys: Vec<String>,
+    lease: Option<Duration>,
+    wait: Option<Duration>,
+    owner: Option<OwnerId>,
+}
+
+impl<'a> MultiRequest<'a> {
+    pub(crate) fn new(service: &'a LockService, keys: Vec<String>) -> Self {
+        MultiRequest {
+            service,
+            keys,
+            lease: None,
+            wait: None,
+            owner: None,
+        }
+    }
+
+    super::request_methods!("locks");
+
+    /// Acquire every key as `owner` (see [`owner`](crate::owner#explicit-owners)).
+    pub fn owner(mut self, owner: OwnerId) -> Self {
+        self.owner = Some(owner);
+        self
+    }
+}
+
+impl<'a> IntoFuture for MultiRequest<'a> {
+    type Output = Result<MultiGuard, LockError>;
+    type IntoFuture = Pin<Box<dyn Future<Output = Self::Output> + Send + 'a>>;
+
+    fn into_future(self) -> Self::IntoFuture {
+        let mut named = Vec::with_capacity(self.keys.len());
+        let mut invalid = None;
+        for key in &self.keys {
+            match self.service.names(key) {
+                Ok(names) => named.push(names),
+                Err(e) => {
+                    invalid.get_or_insert(e);
+                }
+            }
+        }
+        // one order everywhere: the Redis key; the same key twice is one lock
+        named.sort_by(|a, b| a.lock.cmp(&b.lock));
+        named.dedup_by(|a, b| a.lock == b.lock);
+        let acquirings: Vec<Acquiring> = named
+            .into_iter()
+            .map(|names| Acquiring::new(self.service, &MUTEX, Ok(names), self.owner.clone()))
+            .collect();
+        let (lease, wait) = (self.lease, self.wait);
+        Box::pin(async move {
+            if let Some(e) = invalid {
+                return Err(e);
+            }
+            if acquirings.is_empty() {
+                return Err(LockError::new(
+                    crate::ErrorKind::InvalidKey,
+                    "lock_all was given no keys",
+                ));
+            }
+            let deadline = wait.and_then(|w| Instant::now().checked_add(w));
+            let mut guards = Vec::with_capacity(acquirings.len());
+            for acquiring in acquirings {
+                let left = deadline.map(|d| d.saturating_duration_since(Instant::now()));
+                match acquiring.run(lease, left).await {
+                    Ok(core) => guards.push(LockGuard { core }),
+                    Err(e) => {
+                        // all or nothing: give back what was taken, then report
+                        for guard in guards {
+                            let _ = guard.release().await;
+                        }
+                        return Err(e);
+                    }
+                }
+            }
+            Ok(MultiGuard { guards })
+        })
+    }
+}
+
+impl fmt::Debug for MultiRequest<'_> {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("MultiRequest")
+            .field("keys", &self.keys)
+            .field("lease", &self.lease)
+            .field("wait", &self.wait)
+            .finish()
+    }
+}
+
+/// Several locks held together, from [`LockService::lock_all`]. Releasing (or dropping) it
+/// releases all of them.
+#[must_use = "dropping the guard releases the locks at once"]
+pub struct MultiGuard {
+    guards: Vec<LockGuard>,
+}
+
+impl MultiGuard {
+    /// The held locks, in the order they were taken.
+    pub fn guards(&self) -> &[LockGuard] {
+        &self.guards
+    }
+
+    /// The keys, in the order they were taken.
+    pub fn keys(&self) -> impl Iterator<Item = &str> {
+        self.guards.iter().map(LockGuard::key)
+    }
+
+    /// The fencing token of the lock `key`, `None` when it is not one of them.
+    pub fn fence(&self, key: &str) -> Option<u64> {
+        self.guards
+            .iter()
+            .find(|g| g.key() == key)
+            .map(LockGuard::fence)
+    }
+
+    /// Whether any of the locks is known to be lost.
+    pub fn is_lost(&self) -> bool {
+        self.guards.iter().any(LockGuard::is_lost)
+    }
+
+    /// Resolves when any of the locks is lost (see [`LockGuard::lost`]).
+    ///
+    /// # Cancel safety
+    /// Cancel safe.
+    pub async fn lost(&self) -> LockError {
+        let mut lost: Vec<_> = self.guards.iter().map(|g| Box::pin(g.lost())).collect();
+        std::future::poll_fn(|cx| {
+            for f in &mut lost {
+                if let Poll::Ready(e) = f.as_mut().poll(cx) {
+                    return Poll::Ready(e);
+                }
+            }
+            Poll::Pending
+        })
+        .await
+    }
+
+    /// Sets every lock's lease to `lease` from now (see [`LockGuard::extend`]).
+    ///
+    /// # Errors
+    /// The first error of the extensions; all are tried.
+    pub async fn extend(&mut self, lease: Duration) -> Result<(), LockError> {
+        let mut first = Ok(());
+        for guard in &mut self.guards {
+            if let Err(e) = guard.extend(lease).await {
+                first = first.and(Err(e));
+            }
+        }
+        first
+    }
+
+    /// Releases every lock and waits for Redis.
+    ///
+    /// # Errors
+    /// The first error of the releases (see [`LockGuard::release`]); all are released.
+    pub async fn release(self) -> Result<(), LockError> {
+        let mut first = Ok(());
+        for guard in self.guards {
+            if let Err(e) = guard.release().await {
+                first = first.and(Err(e));
+            }
+        }
+        first
+    }
+}
+
+impl fmt::Debug for MultiGuard {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_list().entries(&self.guards).finish()
+    }
+}

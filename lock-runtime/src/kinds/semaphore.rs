@@ -1,0 +1,224 @@
+//! The semaphore: at most N permits held cluster-wide, each grant with its own lease (or the
+//! watchdog's), so a crashed holder's permits come back. Key layout: the hash
+//! `<prefix>sem:{<name>}` (see `scripts/semaphore/semaphore.lua`), `<key>:fence` (last token
+//! issued), `<key>:wq` (services waiting), the channel `<key>:ch`. Scripts:
+//! `scripts/semaphore/`.
+
+use std::fmt;
+use std::future::{Future, IntoFuture};
+use std::pin::Pin;
+use std::sync::LazyLock;
+use std::time::Duration;
+
+use redis::Script;
+
+use super::Acquiring;
+use crate::engine::{Guard, KeyNames, Kind};
+use crate::error::{ErrorKind, LockError};
+use crate::scripts::ScriptCall;
+use crate::service::LockService;
+
+static RENEW: LazyLock<Script> =
+    LazyLock::new(|| Script::new(include_str!("../scripts/semaphore/renew.lua")));
+static AVAILABLE: LazyLock<Script> =
+    LazyLock::new(|| Script::new(include_str!("../scripts/semaphore/available.lua")));
+
+/// A permit grant as the engine sees it: grants coexist; only the head of a line asks Redis
+/// (a release wakes it, and each waiter granted wakes the next).
+pub(crate) static SEMAPHORE: Kind = Kind {
+    id: 3,
+    noun: "semaphore",
+    busy: "all its permits are held",
+    lua: &[include_str!("../scripts/semaphore/semaphore.lua")],
+    renew: &RENEW,
+    shared: true,
+    joint: false,
+    reentrant: false,
+    hand_off: false,
+};
+
+const NAMESPACE: &str = "sem:";
+
+/// A distributed semaphore with expiring permits, from [`LockService::semaphore`].
+///
+/// At most [`permits`](Self::permits) permits are held at any time across every service using
+/// the same name. Each acquire is a grant of its own (permits are not re-entrant) with its own
+/// lease, or the watchdog's when none is given; a holder that crashes gives its permits back
+/// when its lease runs out. Waiters sleep until a release wakes them (no polling).
+///
+/// The number of permits is each caller's: a grant is made when the permits held plus the ones
+/// asked for fit in the caller's count. Services that disagree (say, during a deploy that
+/// changes it) each enforce their own count; lowering it never takes permits back, it only
+/// stops new grants until enough are released.
+///
+/// ```no_run
+/// # async fn demo(locks: lock_runtime::LockService) -> Result<(), lock_runtime::LockError> {
+/// use std::time::Duration;
+///
+/// let renders = locks.semaphore("pdf-render", 4); // 4 permits cluster-wide
+/// let permit = renders
+///     .acquire()
+///     .lease(Duration::from_secs(30))
+///     .wait(Duration::from_secs(5))
+///     .await?;
+/// // ... render ...
+/// permit.release().await?;
+/// println!("{} free", renders.available().await?);
+/// # Ok(()) }
+/// ```
+#[derive(Clone)]
+pub struct Semaphore {
+    service: LockService,
+    name: String,
+    permits: u32,
+}
+
+impl Semaphore {
+    pub(crate) fn new(service: LockService, name: String, permits: u32) -> Semaphore {
+        Semaphore {
+            service,
+            name,
+            permits,
+        }
+    }
+
+    /// The semaphore's name.
+    pub fn name(&self) -> &str {
+        &self.name
+    }
+
+    /// How many permits it has.
+    pub fn permits(&self) -> u32 {
+        self.permits
+    }
+
+    /// A request for one permit.
+    pub fn acquire(&self) -> PermitRequest<'_> {
+        self.acquire_many(1)
+    }
+
+    /// A request for `n` permits at once (one grant: all of them or none).
+    pub fn acquire_many(&self, n: u32) -> PermitRequest<'_> {
+        PermitRequest {
+            semaphore: self,
+            count: n,
+            lease: None,
+            wait: None,
+        }
+    }
+
+    /// How many permits are free now (negative when more are held than this count allows,
+    /// after another service used a larger count).
+    ///
+    /// # Errors
+    /// [`ErrorKind::InvalidKey`], [`ErrorKind::InvalidArgument`] (no permits) or
+    /// [`ErrorKind::Backend`].
+    pub async fn available(&self) -> Result<i64, LockError> {
+        let names = self.names()?;
+        self.check(1)?;
+        let mut call = ScriptCall::new(&AVAILABLE, 1);
+        call.key(&names.lock).arg(self.permits);
+        self.service.inner.backend.run("available", &call).await
+    }
+
+    fn names(&self) -> Result<KeyNames, LockError> {
+        KeyNames::in_namespace(self.service.config().prefix(), NAMESPACE, &self.name)
+            .map_err(|e| e.with_key(&self.name))
+    }
+
+    fn check(&self, n: u32) -> Result<(), LockError> {
+        if self.permits == 0 || n == 0 || n > self.permits {
+            return Err(LockError::new(
+                ErrorKind::InvalidArgument,
+                format!(
+                    "semaphore `{}` asked for {n} of {} permits: a semaphore has at least one \
+                     permit, and a request asks for 1 to all of them",
+                    self.name, self.permits
+                ),
+            )
+            .with_key(&self.name));
+        }
+        Ok(())
+    }
+}
+
+impl fmt::Debug for Semaphore {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("Semaphore")
+            .field("name", &self.name)
+            .field("permits", &self.permits)
+            .finish()
+    }
+}
+
+/// A request for permits, from [`Semaphore::acquire`] or [`Semaphore::acquire_many`]; awaiting
+/// it acquires.
+///
+/// # Cancel safety
+/// Dropping the future at any point never leaves permits held past their lease: a grant that
+/// arrives after the future was dropped is released at once.
+#[must_use = "a permit request does nothing until it is awaited"]
+pub struct PermitRequest<'a> {
+    semaphore: &'a Semaphore,
+    count: u32,
+    lease: Option<Duration>,
+    wait: Option<Duration>,
+}
+
+impl PermitRequest<'_> {
+    super::request_methods!("permit");
+}
+
+impl<'a> IntoFuture for PermitRequest<'a> {
+    type Output = Result<Permit, LockError>;
+    type IntoFuture = Pin<Box<dyn Future<Output = Self::Output> + Send + 'a>>;
+
+    fn into_future(self) -> Self::IntoFuture {
+        let sem = self.semaphore;
+        let checked = sem.check(self.count);
+        let acquiring = Acquiring::new(&sem.service, &SEMAPHORE, sem.names(), None)
+            .with_extra(format!("{} {}", self.count, sem.permits));
+        let (lease, wait, count) = (self.lease, self.wait, self.count);
+        Box::pin(async move {
+            checked?;
+            let core = acquiring.run(lease, wait).await?;
+            Ok(Permit { core, count })
+        })
+    }
+}
+
+impl fmt::Debug for PermitRequest<'_> {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("PermitRequest")
+            .field("semaphore", &self.semaphore.name)
+            .field("count", &self.count)
+            .field("lease", &self.lease)
+            .field("wait", &self.wait)
+            .finish()
+    }
+}
+
+/// Permits held, from a [`Semaphore`]. Dropping it releases them in the background.
+#[must_use = "dropping the permit releases it at once"]
+pub struct Permit {
+    core: Guard,
+    count: u32,
+}
+
+impl Permit {
+    super::guard_methods!("permit");
+
+    /// How many permits this grant holds.
+    pub fn count(&self) -> u32 {
+        self.count
+    }
+}
+
+impl fmt::Debug for Permit {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("Permit")
+            .field("count", &self.count)
+            .field("core", &self.core)
+            .finish()
+    }
+}

@@ -1,0 +1,87 @@
+-- The semaphore kind: acquire and release permits, as ops.lua calls them.
+--
+-- A semaphore is a hash: ':n' -> how many permits it has (the latest count an acquirer
+-- passed), and one field per grant 'p:<grant id>' -> '<expiry ms> <permits> <owner>'. Leases
+-- are kept as data: each grant expires on its own (a crashed holder's permits come back with
+-- its lease) and the key's PEXPIRE is the latest of them. Keys: the hash, its fence counter,
+-- the services waiting (a release publishes when it is not empty), and an unused fourth.
+
+-- Reads the grants, dropping those whose lease ran out. Returns the permits in use and the
+-- earliest and latest expiry of a live grant (0 when none).
+local function sem_state(lock)
+  local now = now_ms()
+  local all = redis.call('hgetall', lock)
+  local used, earliest, latest = 0, 0, 0
+  local dead = {}
+  for i = 1, #all, 2 do
+    local f, v = all[i], all[i + 1]
+    if string.sub(f, 1, 2) == 'p:' then
+      local exp, n = string.match(v, '^(%d+) (%d+)')
+      exp, n = tonumber(exp) or 0, tonumber(n) or 0
+      if exp <= now then
+        dead[#dead + 1] = f
+      else
+        used = used + n
+        if earliest == 0 or exp < earliest then
+          earliest = exp
+        end
+        if exp > latest then
+          latest = exp
+        end
+      end
+    end
+  end
+  if #dead > 0 then
+    redis.call('hdel', lock, unpack(dead))
+  end
+  return used, earliest, latest
+end
+
+-- acquire: hash, fence counter, services waiting, unused; owner field; grant id; lease in ms;
+-- waiter horizon in ms ('0': do not register); extra: '<permits wanted> <permits in all>'
+local function acquire(lock, fence_key, queue, _, owner, grant_id, lease, horizon, extra)
+  local lease_ms = checked_lease(lease)
+  local want, total = string.match(extra, '^(%d+) (%d+)$')
+  want, total = tonumber(want), tonumber(total)
+  if not want or want < 1 or not total or want > total then
+    error('invalid permit counts ' .. tostring(extra))
+  end
+  local field = 'p:' .. grant_id
+  local mine = redis.call('hget', lock, field)
+  if mine then
+    return 2, redis.call('get', fence_key) or '0', 1
+  end
+  if horizon == '-1' then
+    return 0, redis.call('pttl', lock), 0
+  end
+  local used, earliest, latest = sem_state(lock)
+  if used + want <= total then
+    local token = next_token(fence_key)
+    local exp = now_ms() + lease_ms
+    redis.call('hset', lock, field, exp .. ' ' .. want .. ' ' .. owner, ':n', total)
+    redis.call('pexpire', lock, math.max(exp, latest) - now_ms())
+    return 1, token, 0
+  end
+  if horizon ~= '0' then
+    register_waiter(queue, tonumber(horizon))
+  end
+  return 0, math.max(earliest - now_ms(), 1), 0
+end
+
+-- release: hash, fence counter, services waiting, unused; owner field; grant id; the next
+-- owner's field, grant id and lease (unused: no hand-off)
+local function release(lock, _, queue, _, _, grant_id, _, _, _)
+  if redis.call('hdel', lock, 'p:' .. grant_id) == 0 then
+    return 0, 0, 0
+  end
+  local used, _, latest = sem_state(lock)
+  if used == 0 then
+    redis.call('del', lock)
+  else
+    redis.call('pexpire', lock, math.max(latest - now_ms(), 1))
+  end
+  if redis.call('exists', queue) == 1 then
+    redis.call($PUBLISH, lock .. $CHANNEL_SUFFIX, '0')
+  end
+  return 2, 0, 0
+end
