@@ -47,6 +47,49 @@
 //! # Ok(()) }
 //! ```
 //!
+//! # The lock family
+//!
+//! | kind | call | guard | when to use it |
+//! |---|---|---|---|
+//! | mutex | [`LockService::lock`] | [`LockGuard`] | one holder at a time |
+//! | read-write | [`LockService::read`], [`LockService::write`] | [`ReadGuard`], [`WriteGuard`] | read often, write rarely: readers together, a writer alone (writer preference, downgrade, no upgrade) |
+//! | multi-key | [`LockService::lock_all`] | [`MultiGuard`] | one operation over several keys, all or nothing, no deadlock |
+//! | semaphore | [`LockService::semaphore`] | [`Permit`] | at most n at once cluster-wide; permits expire with their lease |
+//!
+//! Every kind runs on the same engine and keeps the mutex's promises (below). Every guard has
+//! `fence()`, `lost()`, `is_lost()`, `valid_until()`, `extend(d)` and `release()`; every
+//! request has `.lease(d)`, `.wait(d)` and `.try_once()`.
+//!
+//! ```no_run
+//! # async fn work(_fence: u64) -> u32 { 0 }
+//! # async fn demo(locks: lock_runtime::LockService) -> Result<(), lock_runtime::LockError> {
+//! use std::time::Duration;
+//! let secs = Duration::from_secs;
+//!
+//! // read-write: many readers or one writer
+//! let r = locks.read("catalog:7").wait(secs(2)).await?; // shared
+//! r.release().await?;
+//! let mut w = locks.write("catalog:7").lease(secs(5)).await?; // exclusive, fenced
+//! // extend a hold: the lease is 10 s from now
+//! w.extend(secs(10)).await?;
+//! w.release().await?;
+//! // all-or-nothing over several keys (a transfer between two accounts)
+//! let g = locks.lock_all(["account:1", "account:2"]).wait(secs(2)).await?;
+//! let _from = g.fence("account:1"); // the fencing token of each key
+//! g.release().await?;
+//! // a semaphore with expiring permits (a crashed holder's permit comes back)
+//! let sem = locks.semaphore("pdf-render", 4); // 4 permits cluster-wide
+//! let p = sem.acquire().lease(secs(30)).wait(secs(5)).await?; // also acquire_many(n)
+//! p.release().await?;
+//! // run a closure under a lock; skip when another instance runs it
+//! let n = locks
+//!     .lock("job:nightly")
+//!     .try_once()
+//!     .run(|g| async move { work(g.fence()).await })
+//!     .await?;
+//! # let _ = n; Ok(()) }
+//! ```
+//!
 //! # What a lock gives
 //!
 //! | property | how |
