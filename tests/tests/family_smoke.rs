@@ -4,9 +4,9 @@ mod common;
 
 use std::time::Duration;
 
-use common::Fixture;
+use common::{Fixture, evalsha_calls};
 use lock_runtime::ErrorKind;
-use lock_tests::harness::unique_key;
+use lock_tests::harness::{Spec, unique_key};
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn family_basics() {
@@ -40,4 +40,52 @@ async fn family_basics() {
     assert!(locks.try_lock(&b).await.is_err());
     g.release().await.unwrap();
     assert!(!locks.is_locked(&a).await.unwrap());
+}
+
+/// lock_all of keys on one node asks for all of them in one script call, and gives back what it
+/// was granted when one is held (then takes them one by one).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn lock_all_on_one_node_is_one_script_call() {
+    let fx = Fixture::own(Spec::Single).await;
+    let locks = fx.service(Duration::from_secs(30)).await;
+    let other = fx.service(Duration::from_secs(30)).await;
+    let keys: Vec<String> = (0..3).map(|_| unique_key("acct")).collect();
+    let mut con = fx.redis();
+    // loads the script (the first call of a script on a server goes through NOSCRIPT)
+    let warm = locks
+        .lock_all([unique_key("warm"), unique_key("warm")])
+        .await
+        .unwrap();
+    warm.release().await.unwrap();
+    let before = evalsha_calls(&mut con);
+    let g = locks.lock_all(keys.clone()).await.unwrap();
+    assert_eq!(
+        evalsha_calls(&mut con) - before,
+        1,
+        "one call grants all three"
+    );
+    for k in &keys {
+        assert!(locks.is_locked(k).await.unwrap());
+    }
+    g.release().await.unwrap();
+
+    // one key held elsewhere: the others are given back, nothing stays held by the caller
+    let held = other.lock(&keys[1]).await.unwrap();
+    let e = locks
+        .lock_all(keys.clone())
+        .wait(Duration::from_millis(200))
+        .await
+        .unwrap_err();
+    assert_eq!(e.kind(), ErrorKind::Timeout, "{e}");
+    common::eventually(
+        "the other keys are given back",
+        Duration::from_secs(5),
+        || async {
+            !locks.is_locked(&keys[0]).await.unwrap() && !locks.is_locked(&keys[2]).await.unwrap()
+        },
+    )
+    .await;
+    held.release().await.unwrap();
+    let g = locks.lock_all(keys.clone()).await.unwrap();
+    g.release().await.unwrap();
 }

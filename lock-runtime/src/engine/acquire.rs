@@ -255,6 +255,99 @@ impl Inner {
             attempt => Ok(attempt),
         }
     }
+
+    /// Tries every target at once in ONE script call, without waiting: the fast path of a
+    /// multi-key lock whose keys live on one node (one slot in cluster mode). Returns the
+    /// guards when all were granted. Otherwise every grant it may have made is given back (by
+    /// grant id: one never made changes nothing) and it returns `None`: the caller takes the
+    /// keys one by one. A caller that goes away mid-call gives everything back too.
+    pub(crate) async fn try_all_at_once(
+        self: &Arc<Self>,
+        wanted: Vec<(Target, OwnerId)>,
+        lease: Option<Duration>,
+    ) -> Option<Vec<Guard>> {
+        let lease_ms = Self::millis(lease.unwrap_or(self.config.watchdog_timeout()));
+        let items: Vec<(Target, OwnerId, OwnerField, GrantId)> = wanted
+            .into_iter()
+            .map(|(target, owner)| {
+                let field = owner_field(&owner);
+                (target, owner, field, new_grant_id())
+            })
+            .collect();
+        if items.len() < 2 {
+            return None;
+        }
+        let ops: Vec<Op> = items
+            .iter()
+            .map(|(target, _, field, grant)| Op::Acquire {
+                target: target.clone(),
+                owner: field.clone(),
+                grant: grant.clone(),
+                lease_ms,
+                ask: Ask::Grant { horizon_ms: 0 },
+            })
+            .collect();
+        let undo: Vec<(Target, OwnerField, GrantId)> = items
+            .iter()
+            .map(|(t, _, f, g)| (t.clone(), f.clone(), g.clone()))
+            .collect();
+        let inner = self.clone();
+        let call = async move { inner.send_ops(&ops).await };
+        let inner = self.clone();
+        let orphan = move |_| {
+            for (target, field, grant) in undo {
+                inner.give_back(target, field, grant);
+            }
+        };
+        let sent = Instant::now();
+        let replies = Detachable::new(&self.runtime, call, orphan).await;
+        let mut tokens = Vec::with_capacity(items.len());
+        for (reply, (target, ..)) in replies.iter().zip(&items) {
+            match reply
+                .as_ref()
+                .ok()
+                .filter(|synced| synced.acknowledged)
+                .map(|synced| parse_attempt(&synced.reply, &target.names))
+            {
+                Some(Ok(Attempt::Granted(token) | Attempt::Holding(token))) => tokens.push(token),
+                _ => break,
+            }
+        }
+        if tokens.len() != items.len() {
+            for (target, _, field, grant) in items {
+                self.give_back(target, field, grant);
+            }
+            return None;
+        }
+        let watched = lease.is_none();
+        Some(
+            items
+                .into_iter()
+                .zip(tokens)
+                .map(|((target, owner, field, grant), token)| {
+                    let cell = self.local.add_new_hold(
+                        &target.names.lock,
+                        target.kind,
+                        &field,
+                        &grant,
+                        watched,
+                        sent,
+                        lease_ms,
+                    );
+                    Guard::new(
+                        self.clone(),
+                        target,
+                        owner,
+                        field,
+                        grant,
+                        token,
+                        lease,
+                        cell,
+                    )
+                })
+                .collect(),
+        )
+    }
 }
 
 /// A place in a waiter line; leaving it (drop) gives back a hand-off that already arrived.

@@ -207,7 +207,7 @@ impl Inner {
     }
 
     /// One `ops.lua` call for `ops`; one reply per operation, in order.
-    async fn send_ops(&self, ops: &[Op]) -> Vec<OpReply> {
+    pub(crate) async fn send_ops(&self, ops: &[Op]) -> Vec<OpReply> {
         // every key a script touches is declared (correct while a cluster slot migrates)
         // (all of one kind)
         let Some(kind) = ops.first().map(Op::kind) else {

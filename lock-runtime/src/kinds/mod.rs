@@ -58,6 +58,19 @@ impl Acquiring {
         }
     }
 
+    /// The target and owner of an acquire that is a new hold of a new owner here (no
+    /// re-entry, nothing held by the owner on this key in this process), else `None`.
+    pub(crate) fn fresh(&self) -> Option<(Target, OwnerId)> {
+        let (Ok(target), owner::Resolved::Owner(owner)) = (&self.target, &self.resolved) else {
+            return None;
+        };
+        let held = self
+            .inner
+            .local
+            .held_kinds(&target.names.lock, &crate::engine::owner_field(owner));
+        held.is_empty().then(|| (target.clone(), owner.clone()))
+    }
+
     pub(crate) fn inner(&self) -> &Arc<Inner> {
         &self.inner
     }

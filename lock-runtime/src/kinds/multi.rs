@@ -8,8 +8,11 @@ use std::pin::Pin;
 use std::task::Poll;
 use std::time::{Duration, Instant};
 
+use redis::cluster_routing::Slot;
+
 use super::Acquiring;
 use super::mutex::{LockGuard, MUTEX};
+use crate::engine::{Inner, Target};
 use crate::error::LockError;
 use crate::owner::OwnerId;
 use crate::service::LockService;
@@ -17,9 +20,13 @@ use crate::service::LockService;
 /// A request for several locks at once, built by [`LockService::lock_all`]; awaiting it
 /// acquires all of them or none.
 ///
-/// The locks are taken one after another in the order of their Redis keys (the same order in
-/// every process), each waiting for the time left of `wait`. When one cannot be taken in time,
-/// the ones already taken are released before the error returns. Each key re-enters a hold of
+/// First all the locks are asked for in one script call when they live on one node (always
+/// outside cluster mode; in cluster mode only when they happen to share a slot, since every
+/// key is its own hash tag): granted together, or whatever was granted is given back at once.
+/// Otherwise, or when one is held, the locks are taken one after another in the order of their
+/// Redis keys (the same order in every process, so no two callers can deadlock), each waiting
+/// for the time left of `wait`. When one cannot be taken in time, the ones already taken are
+/// released before the error returns. Each key re-enters a hold of
 /// an enclosing locked body like [`LockService::lock`].
 ///
 /// # Cancel safety
@@ -86,6 +93,20 @@ impl<'a> IntoFuture for MultiRequest<'a> {
                     "lock_all was given no keys",
                 ));
             }
+            // one script call when every key lives on one node: all granted, or given back
+            let inner = acquirings[0].inner().clone();
+            let fresh: Option<Vec<_>> = acquirings.iter().map(Acquiring::fresh).collect();
+            if let Some(fresh) = fresh
+                && one_node(&inner, &fresh)
+            {
+                if let Some((target, _)) = fresh.first() {
+                    Inner::check_lease(target.kind, &target.names, lease)?;
+                }
+                if let Some(cores) = inner.try_all_at_once(fresh, lease).await {
+                    let guards = cores.into_iter().map(|core| LockGuard { core }).collect();
+                    return Ok(MultiGuard { guards });
+                }
+            }
             let deadline = wait.and_then(|w| Instant::now().checked_add(w));
             let mut guards = Vec::with_capacity(acquirings.len());
             for acquiring in acquirings {
@@ -104,6 +125,17 @@ impl<'a> IntoFuture for MultiRequest<'a> {
             Ok(MultiGuard { guards })
         })
     }
+}
+
+/// Whether one script call can touch every target: always outside cluster mode; in cluster
+/// mode when they share a slot.
+fn one_node(inner: &Inner, targets: &[(Target, OwnerId)]) -> bool {
+    if !inner.backend.is_cluster() {
+        return true;
+    }
+    let mut slots = targets.iter().map(|(t, _)| Slot::for_key(&*t.names.lock));
+    let first = slots.next();
+    slots.all(|slot| Some(slot) == first)
 }
 
 impl fmt::Debug for MultiRequest<'_> {
