@@ -20,8 +20,8 @@
 //! prefix = "lock:"          # prepended to every key
 //! watchdog_timeout = "30s"  # lease of locks taken without one; renewed every third of it
 //! default_wait = "3s"       # how long annotated fns wait; "forever" to wait without limit
-//! fence_idle_ttl = "7d"     # a lock's fencing counter expires after this long without a grant;
-//!                           #   "never" keeps it forever (one small key per lock name)
+//! fence_idle_ttl = "5m"     # a lock's fencing counter expires after this long without a grant
+//!                           #   (the clock takes over); "never" keeps it (one key per lock name)
 //! ```
 //!
 //! Every key is optional except `mode` and the address fields of the chosen mode. Unknown keys,
@@ -163,7 +163,7 @@ const DEFAULT_WATCHDOG_TIMEOUT: Duration = Duration::from_secs(30);
 const DEFAULT_WAIT: Duration = Duration::from_secs(3);
 const DEFAULT_PREFIX: &str = "lock:";
 const DEFAULT_SYNC_TIMEOUT: Duration = Duration::from_secs(1);
-const DEFAULT_FENCE_IDLE_TTL: Duration = Duration::from_secs(7 * 24 * 3600);
+const DEFAULT_FENCE_IDLE_TTL: Duration = Duration::from_secs(5 * 60);
 /// The shortest `fence_idle_ttl`: the clock covers for an expired counter only when the counter
 /// sat idle for longer than the server clock may ever step back.
 const MIN_FENCE_IDLE_TTL: Duration = Duration::from_secs(60);
@@ -232,12 +232,16 @@ impl LockConfig {
         self
     }
 
-    /// Sets how long a lock's fencing counter lives without a grant (default 7 days, at least
+    /// Sets how long a lock's fencing counter lives without a grant (default 5 minutes, at least
     /// 1 minute); `None` keeps counters forever.
     ///
-    /// Tokens are `max(last token + 1, server clock in microseconds)`, so a counter that expired
-    /// after sitting idle is followed by a larger token all the same; the TTL only bounds how
-    /// many counter keys pile up when lock names come and go (`order:<id>`).
+    /// Tokens are `max(last token + 1, server clock in microseconds)`. The counter only matters
+    /// for grants in the same microsecond and for a server clock that steps back; once it
+    /// expired, the clock alone makes the next token larger than every token issued before, as
+    /// long as the clock of the server granting it (the master, or a promoted replica) never
+    /// reads earlier than it did at the last grant minus this TTL. The TTL bounds what a lock
+    /// leaves on Redis after its last hold: nothing, this long after (`order:<id>` locks for a
+    /// million orders a day leave no keys behind).
     ///
     /// ```
     /// use lock_runtime::LockConfig;
@@ -648,7 +652,7 @@ mod tests {
         assert_eq!(c.prefix(), "lock:");
         assert_eq!(c.watchdog_timeout(), Duration::from_secs(30));
         assert_eq!(c.default_wait(), DefaultWait::For(Duration::from_secs(3)));
-        assert_eq!(c.fence_idle_ttl(), Some(Duration::from_secs(7 * 86_400)));
+        assert_eq!(c.fence_idle_ttl(), Some(Duration::from_secs(300)));
     }
 
     #[test]

@@ -169,11 +169,14 @@ impl Inner {
                             self.local.park(&names.lock, id);
                             let out_of_time = deadline.is_some_and(|d| Instant::now() >= d);
                             if !subscribed && !out_of_time {
+                                subscribed = true;
                                 // Subscribe, then try again: a release between the failed
                                 // attempt and the subscription would otherwise go unnoticed.
-                                self.ensure_subscribed(&names.channel()).await?;
-                                subscribed = true;
-                                continue;
+                                // Already subscribed (another waiter of this service), the
+                                // release's message wakes this head: no second attempt.
+                                if self.ensure_subscribed(&names.channel()).await? {
+                                    continue;
+                                }
                             }
                             let jitter = rand::rng().random_range(1..=20);
                             hint = Some(ttl + Duration::from_millis(jitter));

@@ -289,14 +289,16 @@ impl Inner {
         }
     }
 
-    /// Subscribes the shared subscriber to `channel` unless it already is.
-    pub(crate) async fn ensure_subscribed(&self, channel: &str) -> Result<(), LockError> {
+    /// Subscribes the shared subscriber to `channel` unless it already is; returns whether it
+    /// subscribed now.
+    pub(crate) async fn ensure_subscribed(&self, channel: &str) -> Result<bool, LockError> {
         let mut subscribed = self.subscriptions.lock().await;
-        if !subscribed.contains(channel) {
-            self.backend.subscribe(channel).await?;
-            subscribed.insert(channel.to_owned());
+        if subscribed.contains(channel) {
+            return Ok(false);
         }
-        Ok(())
+        self.backend.subscribe(channel).await?;
+        subscribed.insert(channel.to_owned());
+        Ok(true)
     }
 
     /// Unsubscribes from the channels nobody in this process waits on any more.
