@@ -105,6 +105,8 @@ mod detach;
 mod driver;
 mod engine;
 mod error;
+/// Fenced writes: data that rejects a write from a holder whose lock has passed to someone else.
+pub mod fenced;
 mod guard;
 mod local;
 #[cfg(any(feature = "tower", feature = "actix-web"))]
