@@ -110,6 +110,8 @@ use crate::guard::LockGuard;
 const FENCE_FIELD: &str = "fence";
 /// The hash field holding a [`RedisValue`]'s value.
 const VALUE_FIELD: &str = "value";
+/// What a failed write is called in its error message.
+const WRITE: &str = "fenced write";
 
 /// The compare-and-set of every fenced write (its header names KEYS, ARGV and replies).
 static SET: LazyLock<Script> = LazyLock::new(|| Script::new(include_str!("fenced/set.lua")));
@@ -370,7 +372,7 @@ async fn fenced_set<C: ConnectionLike>(
     let (written, stored): (i64, String) = call
         .invoke_async(conn)
         .await
-        .map_err(|e| redis_error(key, "fenced write", e))?;
+        .map_err(|e| redis_error(key, WRITE, e))?;
     if written == 1 {
         Ok(())
     } else {
@@ -440,20 +442,21 @@ fn invalid(key: &str, why: &str) -> LockError {
 
 /// A Redis error of a fenced operation: the script's own errors and `WRONGTYPE` are the
 /// caller's to fix (`FENCEARG`: [`ErrorKind::InvalidArgument`], `FENCEKEY` and `WRONGTYPE`:
-/// [`ErrorKind::InvalidKey`]); the rest is [`LockError::backend`].
+/// [`ErrorKind::InvalidKey`]); the rest is [`LockError::backend`]. The script checks everything
+/// before its first write, so a write that failed with one of these wrote nothing.
 fn redis_error(key: &str, what: &str, err: RedisError) -> LockError {
     let kind = match err.code() {
         Some("FENCEARG") => ErrorKind::InvalidArgument,
         Some("FENCEKEY" | "WRONGTYPE") => ErrorKind::InvalidKey,
         _ => return LockError::backend(&format!("{what} `{key}`"), err).with_key(key),
     };
-    let detail = err.detail().unwrap_or("").to_owned();
-    LockError::new(
-        kind,
-        format!("{what} `{key}`: {detail}; nothing was written"),
-    )
-    .with_key(key)
-    .with_source(err)
+    let detail = err.detail().unwrap_or("");
+    let message = if what == WRITE {
+        format!("{what} `{key}`: {detail}; nothing was written")
+    } else {
+        format!("{what} `{key}`: {detail}")
+    };
+    LockError::new(kind, message).with_key(key).with_source(err)
 }
 
 #[cfg(test)]
