@@ -6,6 +6,7 @@
 //! | `shop-actix` | the same shop on actix-web ([`actix_shop`]) |
 //! | `loadgen` | fires concurrent purchases at shop instances and reports ([`loadgen`]) |
 //! | `fine-grained` | [`LockService`](lock_runtime::LockService) used directly around a small section |
+//! | `fenced_sqlite` | fenced writes: a SQLite `UPDATE .. WHERE fence < ?` refuses a holder whose lease ran out |
 //!
 //! The stock lives in Redis, so any number of shop instances sell the same goods;
 //! `scripts/demo.sh` starts a private Redis, two `shop-axum` processes and one `shop-actix`

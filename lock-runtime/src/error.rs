@@ -40,6 +40,11 @@ pub enum ErrorKind {
     /// Re-entry follows one call chain; pass the work back to the holder, or give the spawned
     /// task its own key.
     WouldDeadlock,
+    /// A [fenced write](crate::fenced) carried a fencing token older than the one stored with
+    /// the data: a newer holder of the lock has written since, so this hold was lost (for
+    /// example its holder was paused past its lease). Nothing was written; start over with a
+    /// new lock and read the data again.
+    Stale,
 }
 
 impl ErrorKind {
@@ -56,6 +61,7 @@ impl ErrorKind {
             ErrorKind::InvalidKey => "invalid key",
             ErrorKind::InvalidArgument => "invalid argument",
             ErrorKind::WouldDeadlock => "would deadlock",
+            ErrorKind::Stale => "stale write",
         }
     }
 }
@@ -201,6 +207,11 @@ impl LockError {
     /// `true` when Redis was unreachable, failed or did not answer in time.
     pub fn is_backend(&self) -> bool {
         self.kind() == ErrorKind::Backend
+    }
+
+    /// `true` when a fenced write was rejected because a newer lock holder has written.
+    pub fn is_stale(&self) -> bool {
+        self.kind() == ErrorKind::Stale
     }
 
     /// `true` for configuration errors.

@@ -56,13 +56,19 @@
 //! | multi-key | [`LockService::lock_all`] | [`MultiGuard`] | one operation over several keys, all or nothing, no deadlock |
 //! | semaphore | [`LockService::semaphore`] | [`Permit`] | at most n at once cluster-wide; permits expire with their lease |
 //!
+//! [`fenced`] makes the data itself reject a holder whose lock passed to someone else (a Redis
+//! value or hash that accepts only newer tokens; the SQL pattern for databases).
+//!
 //! Every kind runs on the same engine and keeps the mutex's promises (below). Every guard has
 //! `fence()`, `lost()`, `is_lost()`, `valid_until()`, `extend(d)` and `release()`; every
 //! request has `.lease(d)`, `.wait(d)` and `.try_once()`.
 //!
 //! ```no_run
 //! # async fn work(_fence: u64) -> u32 { 0 }
-//! # async fn demo(locks: lock_runtime::LockService) -> Result<(), lock_runtime::LockError> {
+//! # async fn demo(
+//! #     locks: lock_runtime::LockService,
+//! #     conn: redis::aio::MultiplexedConnection,
+//! # ) -> Result<(), lock_runtime::LockError> {
 //! use std::time::Duration;
 //! let secs = Duration::from_secs;
 //!
@@ -87,6 +93,12 @@
 //!     .try_once()
 //!     .run(|g| async move { work(g.fence()).await })
 //!     .await?;
+//! // fenced writes: the store rejects a stale holder
+//! let guard = locks.lock("stock:7").await?;
+//! let new_stock = 41;
+//! let store = lock_runtime::fenced::RedisValue::new(&conn, "stock:7");
+//! store.set(&guard, new_stock).await?; // Err(kind Stale) for an older token
+//! guard.release().await?;
 //! # let _ = n; Ok(()) }
 //! ```
 //!
@@ -147,6 +159,8 @@ mod detach;
 mod driver;
 mod engine;
 mod error;
+/// Fenced writes: data that rejects a write from a holder whose lock has passed to someone else.
+pub mod fenced;
 mod kinds;
 #[cfg(any(feature = "tower", feature = "actix-web"))]
 #[cfg_attr(docsrs, doc(cfg(any(feature = "tower", feature = "actix-web"))))]

@@ -48,6 +48,7 @@
 //! | kind | status | `error` |
 //! |---|---|---|
 //! | `Timeout` | 409 Conflict, `Retry-After: 1` | `lock_timeout` |
+//! | `Stale` (a [fenced write](crate::fenced) from a holder whose lock has passed on) | 409 Conflict, `Retry-After: 1` | `stale_write` |
 //! | `Lost` | 503 Service Unavailable, `Retry-After: 1` | `lock_lost` |
 //! | `Backend`, `ReplicaSync` | 503 Service Unavailable, `Retry-After: 1` | `lock_unavailable` |
 //! | anything else (`NotInitialized`, `Config`, `Auth`, `WouldDeadlock`, `InvalidKey`, ...): a mistake to fix, not to retry | 500 Internal Server Error | `lock_error` |

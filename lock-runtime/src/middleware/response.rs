@@ -4,7 +4,7 @@ use serde::Serialize;
 
 use crate::error::{ErrorKind, LockError};
 
-/// The HTTP status code for `error`: 409 for a lock timeout, 503 for a lost lock and an
+/// The HTTP status code for `error`: 409 for a lock timeout and a stale write, 503 for a lost lock and an
 /// unavailable backend, 500 otherwise (see the [module docs](super)).
 ///
 /// ```
@@ -49,6 +49,11 @@ impl Mapping {
         let (status, code, message) = match error.kind() {
             // The runtime's message names the key and how long it waited: nothing internal.
             ErrorKind::Timeout => (409, "lock_timeout", error.to_string()),
+            ErrorKind::Stale => (
+                409,
+                "stale_write",
+                format!("`{key}` was written by a newer lock holder; this write was rejected"),
+            ),
             ErrorKind::Lost => (
                 503,
                 "lock_lost",
@@ -115,6 +120,20 @@ mod tests {
         assert_eq!(body["key"], "goods:42");
         assert!(body["message"].as_str().unwrap().contains("goods:42"));
         assert!(Mapping::of(&e).retry);
+    }
+
+    #[test]
+    fn stale_writes_are_conflicts_naming_the_key() {
+        let e = LockError::new(
+            ErrorKind::Stale,
+            "fenced write to `stock:7` rejected: token 5 is older than 9",
+        )
+        .with_key("stock:7");
+        assert_eq!(http_status(&e), 409);
+        let body = json(&e);
+        assert_eq!(body["error"], "stale_write");
+        assert_eq!(body["key"], "stock:7");
+        assert!(!body["message"].as_str().unwrap().contains("token 5"));
     }
 
     #[test]
