@@ -46,7 +46,7 @@ async fn sell(stock: &SegmentedStock, services: &[LockService], demand: Option<u
     for task in 0..SERVICES * TASKS_PER_SERVICE {
         let (stock, locks) = (stock.clone(), services[task % SERVICES].clone());
         tasks.push(tokio::spawn(async move {
-            let (mut sales, mut sold_out_answers) = (Vec::new(), 0);
+            let (mut sales, mut sold_out_answers, mut busy) = (Vec::new(), 0, 0);
             while demand.is_none_or(|d| sales.len() + sold_out_answers < d) {
                 match stock.buy(&locks, one(1)).await.unwrap() {
                     BuyOutcome::Bought(sale) => sales.push(sale),
@@ -61,7 +61,11 @@ async fn sell(stock: &SegmentedStock, services: &[LockService], demand: Option<u
                             break;
                         }
                     }
-                    BuyOutcome::Busy => {} // every segment stayed busy for the wait: again
+                    BuyOutcome::Busy => {
+                        // a segment stayed busy for the whole wait (10 s): try again, a few times
+                        busy += 1;
+                        assert!(busy < 10, "busy {busy} times");
+                    }
                     other @ BuyOutcome::TooLarge { .. } => panic!("one unit: {other:?}"),
                 }
             }
