@@ -13,6 +13,10 @@
 //! | S3 | contention: 16 workers on one key, critical sections on a shared counter |
 //! | S4 | wake-up latency: time from a release to the blocked waiter's acquire |
 //!
+//! and a fifth, S5, that compares two uses of our lock with each other instead: 16 workers of
+//! 4 services buying one hot item whose stock is under one key or split over 8 segments
+//! (`lock_examples::segmented`).
+//!
 //! Redis commands per operation come from `INFO commandstats` (commands run inside scripts
 //! included), reset with `CONFIG RESETSTAT` around each measured phase.
 //!
@@ -32,6 +36,7 @@ mod s1;
 mod s2;
 mod s3;
 mod s4;
+mod s5;
 
 use std::process::ExitCode;
 use std::time::Instant;
@@ -39,7 +44,7 @@ use std::time::Instant;
 use crate::ctx::{Ctx, Result};
 use crate::report::Scenario;
 
-const USAGE: &str = "usage: lock-bench [--quick] [--only S1,S2,S3,S4]
+const USAGE: &str = "usage: lock-bench [--quick] [--only S1,S2,S3,S4,S5]
 
   --quick  short runs (a few seconds), for CI; the numbers are noisier
   --only   run only these scenarios (e.g. while profiling one of them)";
@@ -95,7 +100,7 @@ fn main() -> ExitCode {
     }
 }
 
-const SCENARIOS: [&str; 4] = ["S1", "S2", "S3", "S4"];
+const SCENARIOS: [&str; 5] = ["S1", "S2", "S3", "S4", "S5"];
 
 async fn run(quick: bool, selected: &[&str]) -> Result<()> {
     let started = Instant::now();
@@ -124,7 +129,8 @@ async fn run(quick: bool, selected: &[&str]) -> Result<()> {
             "S1" => s1::run(&ctx).await?,
             "S2" => s2::run(&ctx).await?,
             "S3" => s3::run(&ctx).await?,
-            _ => s4::run(&ctx).await?,
+            "S4" => s4::run(&ctx).await?,
+            _ => s5::run(&ctx).await?,
         };
         scenario.print();
         scenarios.push(scenario);
