@@ -1023,3 +1023,81 @@ async fn at_most_n_permits_in_a_cluster_while_replies_are_lost() {
         .unwrap();
     assert!(!exists, "the semaphore's hash is gone with its last grant");
 }
+
+/// A release that frees fewer permits than the head of a service's line asks for still wakes
+/// the requests behind it that fit: W1 waits for 2 permits, W2 (after it, same service) for 1;
+/// one permit is released; W2 gets it within a second, while W1 goes on waiting.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_release_wakes_a_smaller_request_behind_a_larger_one() {
+    let fx = Fixture::single().await;
+    let (a, b) = (fx.service(LONG).await, fx.service(LONG).await);
+    let name = unique_key("sem-behind");
+    let turn = format!("\"{}:turn\"", sem_hash(&name));
+    let attempts = common::Monitor::start(fx.node_for(&sem_hash(&name)), move |line: &str| {
+        line.contains("\"EVALSHA\"") && line.contains(&turn) && line.contains(" \"a\" ")
+    })
+    .await;
+    let sa = a.semaphore(&name, 2);
+    let first = sa.acquire().lease(LONG).await.unwrap();
+    let second = sa.acquire().lease(LONG).await.unwrap();
+    attempts.sync().await;
+    let before = attempts.count();
+    let sb = b.semaphore(&name, 2);
+    let w1 = {
+        let sb = sb.clone();
+        tokio::spawn(async move { sb.acquire_many(2).wait(Duration::from_secs(10)).await })
+    };
+    // W1 is in line (its attempts before and after subscribing are made) before W2 comes
+    eventually("W1 tried twice", Duration::from_secs(5), || async {
+        attempts.sync().await;
+        attempts.count() >= before + 2
+    })
+    .await;
+    let w2 = {
+        let sb = sb.clone();
+        tokio::spawn(async move {
+            sb.acquire()
+                .wait(Duration::from_secs(5))
+                .await
+                .map(|p| (p, Instant::now()))
+        })
+    };
+    eventually(
+        "W2 tried twice, then both went quiet",
+        Duration::from_secs(5),
+        || async {
+            attempts.sync().await;
+            let n = attempts.count();
+            tokio::time::sleep(Duration::from_millis(200)).await;
+            attempts.sync().await;
+            n >= before + 4 && attempts.count() == n
+        },
+    )
+    .await;
+    let released = Instant::now();
+    first.release().await.unwrap();
+    let (p, granted) = tokio::time::timeout(Duration::from_secs(10), w2)
+        .await
+        .unwrap()
+        .unwrap()
+        .unwrap_or_else(|e| panic!("W2 never got the free permit: {e}"));
+    println!(
+        "W2 got the free permit {:?} after the release",
+        granted - released
+    );
+    assert!(
+        granted - released < Duration::from_secs(1),
+        "W2 got the free permit only {:?} after the release",
+        granted - released
+    );
+    assert!(!w1.is_finished(), "W1 cannot have 2 permits");
+    p.release().await.unwrap();
+    second.release().await.unwrap();
+    let both = tokio::time::timeout(Duration::from_secs(2), w1)
+        .await
+        .expect("W1 got both permits once they were free")
+        .unwrap()
+        .unwrap();
+    assert_eq!(both.count(), 2);
+    both.release().await.unwrap();
+}
