@@ -332,3 +332,35 @@ async fn extending_a_hold_someone_else_took_over_changes_nothing() {
     new.release().await.unwrap();
     drop(old);
 }
+
+/// A watched hold extended to a lease shorter than the watchdog's renewal period stays held:
+/// the key never runs out on Redis before the watchdog renews it, and the guard never believes
+/// it holds a key Redis has let go of.
+#[tokio::test]
+async fn a_short_extend_of_a_watched_hold_never_lets_it_expire_unnoticed() {
+    let fx = Fixture::single().await;
+    // renewals every second
+    let locks = fx.service(Duration::from_secs(3)).await;
+    for case in CASES {
+        let key = unique_key("extend-short-watched");
+        let mut hold = Hold::take(case, &locks, &key, None).await;
+        hold.extend(Duration::from_millis(100)).await.unwrap();
+        assert_eq!(hold.lease(), None, "{case:?} is still watched");
+        let until = Instant::now() + Duration::from_millis(1500);
+        while Instant::now() < until {
+            let held = !gone(&fx, case, &key);
+            assert!(
+                held || hold.is_lost(),
+                "{case:?}: gone on Redis while the guard believes it holds it (valid for {:?} \
+                 more)",
+                hold.valid_until().saturating_duration_since(Instant::now())
+            );
+            assert!(
+                held,
+                "{case:?}: a watched hold ran out after extend(100 ms)"
+            );
+            tokio::time::sleep(Duration::from_millis(50)).await;
+        }
+        hold.release().await.unwrap();
+    }
+}
