@@ -376,8 +376,9 @@ async fn available_follows_grants_releases_and_expiry(fx: Fixture) {
         short.release().await.unwrap_err().kind(),
         ErrorKind::NotHeld
     );
+    // two free: the expired grant does not count against a new one (with 2 still held)
     let again = sb
-        .acquire()
+        .acquire_many(2)
         .wait(Duration::from_secs(2))
         .await
         .expect("the expired permit is free for a new grant");
@@ -613,7 +614,8 @@ async fn a_waiter_makes_no_calls_while_it_waits() {
     second.release().await.unwrap();
 }
 
-/// A holder process crashes (SIGKILL) holding 2 permits with a 1.5 s lease: they stay held
+/// A holder process crashes (SIGKILL) holding 2 of 3 permits with a 1.5 s lease, next to a
+/// permit held for 30 s (so the semaphore's hash outlives the crashed grant): they stay held
 /// until the lease runs out, then a waiter of another process gets them, woken by the lease
 /// running out rather than by polling.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -622,11 +624,13 @@ async fn a_crashed_holders_permits_come_back_with_their_lease() {
     let locks = fx.service(LONG).await;
     let name = unique_key("sem-crash");
     let lease = Duration::from_millis(1500);
+    let sem = locks.semaphore(&name, 3);
+    let long = sem.acquire().lease(LONG).await.unwrap();
     let mut worker = Worker::spawn(&[
         &fx.topo().url(),
         "permit",
         &name,
-        "2",
+        "3",
         "2",
         &lease.as_millis().to_string(),
     ]);
@@ -634,7 +638,6 @@ async fn a_crashed_holders_permits_come_back_with_their_lease() {
     let held_at = Instant::now();
     assert!(line.starts_with("held "), "{line}");
     worker.kill().await;
-    let sem = locks.semaphore(&name, 2);
     assert_eq!(
         sem.available().await.unwrap(),
         0,
@@ -659,6 +662,7 @@ async fn a_crashed_holders_permits_come_back_with_their_lease() {
     );
     both.release().await.unwrap();
     assert_eq!(sem.available().await.unwrap(), 2);
+    long.release().await.unwrap();
 }
 
 /// SIGSTOPs a process until dropped (SIGCONT).
@@ -682,25 +686,27 @@ impl Drop for Paused {
 
 /// A holder process with a watched permit (watchdog 1 s) keeps it for several watchdog
 /// timeouts while it runs; stopped (SIGSTOP), it keeps it only until the last renewal's lease
-/// runs out; continued, its renewal does not bring the permit back.
+/// runs out; continued, its renewal does not bring the permit back. The other of the 2
+/// permits is held for 30 s, so the semaphore's hash outlives the stopped holder's grant.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_stopped_holders_watched_permit_comes_back_with_the_watchdog_lease() {
     let fx = Fixture::single().await;
     let locks = fx.service(LONG).await;
     let name = unique_key("sem-stopped");
     let watchdog = Duration::from_millis(1000);
+    let sem = locks.semaphore(&name, 2);
+    let long = sem.acquire().lease(LONG).await.unwrap();
     let mut worker = Worker::spawn(&[
         &fx.topo().url(),
         "permit",
         &name,
-        "1",
+        "2",
         "1",
         "0",
         &watchdog.as_millis().to_string(),
     ]);
     let line = worker.line(Duration::from_secs(30)).await;
     assert!(line.starts_with("held "), "{line}");
-    let sem = locks.semaphore(&name, 1);
     let until = Instant::now() + watchdog * 5 / 2;
     while Instant::now() < until {
         assert_eq!(sem.available().await.unwrap(), 0, "renewed while running");
@@ -720,7 +726,11 @@ async fn a_stopped_holders_watched_permit_comes_back_with_the_watchdog_lease() {
     let until = Instant::now() + watchdog;
     while Instant::now() < until {
         assert!(!permit.is_lost());
-        assert_eq!(grants_on_redis(&fx, &name).len(), 1);
+        assert_eq!(
+            grants_on_redis(&fx, &name).len(),
+            2,
+            "the long one and the new one"
+        );
         tokio::time::sleep(Duration::from_millis(100)).await;
     }
     permit.release().await.unwrap();
@@ -730,6 +740,7 @@ async fn a_stopped_holders_watched_permit_comes_back_with_the_watchdog_lease() {
         tokio::time::sleep(Duration::from_millis(100)).await;
     }
     assert!(worker.is_running());
+    long.release().await.unwrap();
 }
 
 /// A watched permit is renewed (one renewal call naming it every third of the watchdog
