@@ -1112,3 +1112,49 @@ async fn a_release_wakes_a_smaller_request_behind_a_larger_one() {
     assert_eq!(both.count(), 2);
     both.release().await.unwrap();
 }
+
+/// A waiter whose service has a short watchdog timeout (its registration as a waiting service
+/// lasts that long plus a second after each attempt) still hears of a release that comes long
+/// after that, while the holder's lease (30 s) has far to go.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_release_wakes_a_waiter_that_waits_longer_than_its_watchdog_timeout() {
+    let fx = Fixture::single().await;
+    let holder = fx.service(LONG).await;
+    let watchdog = Duration::from_millis(300);
+    let waiter_service = fx.service(watchdog).await;
+    let name = unique_key("sem-long-wait");
+    let held = holder
+        .semaphore(&name, 1)
+        .acquire()
+        .lease(LONG)
+        .await
+        .unwrap();
+    let sem = waiter_service.semaphore(&name, 1);
+    let waiter = tokio::spawn(async move {
+        sem.acquire()
+            .wait(Duration::from_secs(10))
+            .await
+            .map(|p| (p, Instant::now()))
+    });
+    let queue = format!("{}:wq", sem_hash(&name));
+    eventually("the waiter registered", Duration::from_secs(5), || async {
+        fx.exists(&queue)
+    })
+    .await;
+    // well past the waiter's first registration (watchdog + 1 s)
+    tokio::time::sleep(watchdog + Duration::from_secs(2)).await;
+    let released = Instant::now();
+    held.release().await.unwrap();
+    let (permit, granted) = tokio::time::timeout(Duration::from_secs(10), waiter)
+        .await
+        .unwrap()
+        .unwrap()
+        .unwrap();
+    let after = granted - released;
+    println!("granted {after:?} after the release");
+    assert!(
+        after < Duration::from_secs(1),
+        "the waiter got the permit only {after:?} after the release"
+    );
+    permit.release().await.unwrap();
+}
