@@ -180,6 +180,12 @@ async fn extend_sets_a_fixed_lease_from_now(fx: Fixture) {
         let mut hold = Hold::take(case, &locks, &key, Some(Duration::from_secs(5))).await;
         assert_pttl(&fx, case, &key, 4000..=5000);
         let taken_until = hold.valid_until();
+        for out_of_range in [Duration::ZERO, Duration::from_secs(3651 * 24 * 3600)] {
+            let err = hold.extend(out_of_range).await.unwrap_err();
+            assert_eq!(err.kind(), ErrorKind::InvalidArgument, "{case:?}: {err}");
+        }
+        assert_pttl(&fx, case, &key, 4000..=5000);
+        assert_eq!(hold.valid_until(), taken_until, "{case:?}");
 
         hold.extend(Duration::from_secs(1)).await.unwrap();
         let now = Instant::now();

@@ -131,13 +131,13 @@ async fn opposite_orders_never_deadlock(fx: Fixture) {
         }
     }
     let started = Instant::now();
-    tokio::time::timeout(Duration::from_secs(60), async {
+    tokio::time::timeout(Duration::from_secs(30), async {
         while let Some(joined) = tasks.join_next().await {
             joined.expect("a locking task panicked");
         }
     })
     .await
-    .unwrap_or_else(|_| panic!("deadlock: the tasks were still waiting after 60 s"));
+    .unwrap_or_else(|_| panic!("deadlock: the tasks were still waiting after 30 s"));
     println!(
         "{} pairs locked in opposite orders in {:?}",
         services.len() * TASKS * ROUNDS,
