@@ -23,8 +23,9 @@ static RENEW: LazyLock<Script> =
 static AVAILABLE: LazyLock<Script> =
     LazyLock::new(|| Script::new(include_str!("../scripts/semaphore/available.lua")));
 
-/// A permit grant as the engine sees it: grants coexist; only the head of a line asks Redis
-/// (a release wakes it, and each waiter granted wakes the next).
+/// A permit grant as the engine sees it: grants coexist, and the waiters of a line are woken
+/// together by a release (joint): the permits it frees may be too few for the head's request
+/// but enough for a smaller one behind it, which would otherwise sleep until its wait ran out.
 pub(crate) static SEMAPHORE: Kind = Kind {
     id: 3,
     noun: "semaphore",
@@ -32,7 +33,7 @@ pub(crate) static SEMAPHORE: Kind = Kind {
     lua: &[include_str!("../scripts/semaphore/semaphore.lua")],
     renew: &RENEW,
     shared: true,
-    joint: false,
+    joint: true,
     reentrant: false,
     hand_off: false,
 };

@@ -62,10 +62,14 @@ local function acquire(lock, fence_key, queue, _, owner, grant_id, lease, horizo
     redis.call('pexpire', lock, math.max(exp, latest) - now_ms())
     return 1, token, 0
   end
+  local retry = math.max(earliest - now_ms(), 1)
   if horizon ~= '0' then
     register_waiter(queue, tonumber(horizon))
+    -- look again before the registration runs out (a second before it): a release after that
+    -- would not publish, and the waiter would sleep through it until the earliest lease ends
+    retry = math.min(retry, math.max(tonumber(horizon) - 1000, 1))
   end
-  return 0, math.max(earliest - now_ms(), 1), 0
+  return 0, retry, 0
 end
 
 -- release: hash, fence counter, services waiting, unused; owner field; grant id; the next
