@@ -179,6 +179,15 @@ impl Inner {
                                 }
                             }
                             let jitter = rand::rng().random_range(1..=20);
+                            // Look again before this service's registration as waiting runs
+                            // out (a second before it): a release after that would not wake it.
+                            let registered =
+                                Duration::from_millis(horizon_ms.saturating_sub(1_000));
+                            let ttl = if horizon_ms > 0 {
+                                ttl.min(registered)
+                            } else {
+                                ttl
+                            };
                             hint = Some(ttl + Duration::from_millis(jitter));
                         }
                     }
