@@ -413,12 +413,17 @@ mod tests {
         assert_eq!(keys(quote!(keys = ["a:<x>", "b"])), ["a:<x>", "b"]);
         assert_eq!(keys(quote!(keys = ["a",], kind = "lock")), ["a"]);
         let both = "cannot be combined with";
-        assert!(error(quote!(key = "a", keys = ["b"])).starts_with(&format!("`keys` {both} `key`")));
-        assert!(error(quote!(keys = ["b"], key = "a")).starts_with(&format!("`key` {both} `keys`")));
+        assert!(
+            error(quote!(key = "a", keys = ["b"])).starts_with(&format!("`keys` {both} `key`"))
+        );
+        assert!(
+            error(quote!(keys = ["b"], key = "a")).starts_with(&format!("`key` {both} `keys`"))
+        );
         assert!(error(quote!("a", keys = ["b"])).starts_with(&format!("`keys` {both} `key`")));
-        assert!(error(quote!(kind = "read", keys = ["a"])).starts_with(&format!(
-            "`kind = \"read\"` {both} `keys`"
-        )));
+        assert!(
+            error(quote!(kind = "read", keys = ["a"]))
+                .starts_with(&format!("`kind = \"read\"` {both} `keys`"))
+        );
         assert!(error(quote!(keys = ["a"], kind = "write")).contains("only the mutex"));
         assert!(error(quote!(keys = [])).starts_with("`keys` must name at least one key"));
         assert!(error(quote!(keys = "a")).contains("for one lock write `key = \"a\"`"));

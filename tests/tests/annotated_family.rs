@@ -95,7 +95,10 @@ async fn read_bodies_run_together_and_write_bodies_alone() {
         done.unwrap().unwrap();
     }
     let most = room.most_readers.load(Ordering::SeqCst);
-    assert!(most >= 2, "read bodies ran together: at most {most} at once");
+    assert!(
+        most >= 2,
+        "read bodies ran together: at most {most} at once"
+    );
 
     // readers and writers mixed: a writer is always alone
     let room = Arc::new(Room::default());
@@ -216,7 +219,10 @@ async fn transfers_both_ways_neither_deadlock_nor_lose_money() {
     }
     assert_eq!(total, 3_000, "money was lost or made");
     assert_eq!(inside.overlaps.load(Ordering::SeqCst), 0);
-    assert!(started.elapsed() < Duration::from_secs(10), "no deadlock waited out");
+    assert!(
+        started.elapsed() < Duration::from_secs(10),
+        "no deadlock waited out"
+    );
     for account in 1..=3 {
         let key = format!("account:{bank}:{account}");
         assert!(!probe.is_locked(&key).await.unwrap(), "{key} released");
@@ -251,7 +257,10 @@ async fn transfer_and_audit(
     let fence = lock_runtime::current_fence().expect("inside a locked body");
     let fence_on_redis = probe.inspect(&key).await?.fence;
     // nested calls on either key re-enter (waiting would time out after 1 s)
-    let audits = (audit(bank, from, probe).await?, audit(bank, to, probe).await?);
+    let audits = (
+        audit(bank, from, probe).await?,
+        audit(bank, to, probe).await?,
+    );
     Ok(Seen {
         key,
         fence,
@@ -345,7 +354,11 @@ async fn try_both(key: &str, ran: &AtomicU32) -> Result<(), LockError> {
 /// Asserts that `call` gave up at once with a timeout and did not run its body.
 fn skipped(what: &str, result: Result<(), LockError>, started: Instant, ran: &AtomicU32) {
     assert_eq!(kind_of(result), Some(ErrorKind::Timeout), "{what}");
-    assert_eq!(ran.load(Ordering::SeqCst), 0, "{what}: the body did not run");
+    assert_eq!(
+        ran.load(Ordering::SeqCst),
+        0,
+        "{what}: the body did not run"
+    );
     assert!(
         started.elapsed() < Duration::from_millis(500),
         "{what}: tried once"
@@ -392,9 +405,11 @@ async fn wait_zero_skips_the_body_of_every_kind_when_the_lock_is_taken() {
         skipped("keys", try_both(&key, &ran).await, started, &ran);
         for free in ["a", "b"].into_iter().filter(|k| *k != taken) {
             let free = format!("job:{key}:{free}");
-            eventually("the key it took given back", Duration::from_secs(2), || async {
-                !probe.is_locked(&free).await.unwrap()
-            })
+            eventually(
+                "the key it took given back",
+                Duration::from_secs(2),
+                || async { !probe.is_locked(&free).await.unwrap() },
+            )
             .await;
         }
         held.release().await.unwrap();

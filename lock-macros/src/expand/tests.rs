@@ -117,7 +117,8 @@ fn kind_picks_the_lock_and_keys_build_one_vec() {
     );
     for (kind, variant) in [("lock", "Lock"), ("read", "Read"), ("write", "Write")] {
         let out = expand_str(quote!(key = "account:<from>", kind = #kind), item.clone());
-        let locks = format!("locks : :: lock_runtime :: __private :: Locks :: {variant} (__lock_key)");
+        let locks =
+            format!("locks : :: lock_runtime :: __private :: Locks :: {variant} (__lock_key)");
         assert!(out.contains(&locks), "{out}");
     }
     let out = expand_str(

@@ -15,7 +15,12 @@ async fn list_goods(shop: u64) -> Result<Vec<u64>, AppError> {
     Ok(Vec::new())
 }
 
-#[distributed_lock(key = "catalog:<shop>", kind = "write", lease = "30s", on_lost = "continue")]
+#[distributed_lock(
+    key = "catalog:<shop>",
+    kind = "write",
+    lease = "30s",
+    on_lost = "continue"
+)]
 async fn reprice(shop: u64, factor: f64) -> Result<(), AppError> {
     let _ = (shop, factor);
     Ok(())
