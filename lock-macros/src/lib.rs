@@ -103,7 +103,7 @@ use proc_macro::TokenStream;
 /// |-----------|---------------------------------------------|------------------------------------|
 /// | `key`     | key template, see below                     | - (`key` or `keys` is required)    |
 /// | `keys`    | array of key templates: several locks       | - (`key` or `keys` is required)    |
-/// | `kind`    | `"lock"`, `"read"` or `"write"` (with `key`) | `"lock"`: the mutex               |
+/// | `kind`    | `"lock"`, `"read"` or `"write"`; with `key` | `"lock"`: the mutex                |
 /// | `lease`   | duration: the lock expires after it         | none: the watchdog renews the lock |
 /// | `wait`    | duration, or `"forever"`                    | the config's `default_wait`        |
 /// | `on_lost` | `"fail"` or `"continue"`                    | `"fail"`                           |

@@ -40,7 +40,7 @@ async fn transfer(from: u64, to: u64, amount: u64) -> Result<u64, AppError> {
 
 // `kind = "lock"` is the mutex, which is what `keys` locks; one key and a constant key are fine.
 #[distributed_lock(kind = "lock", keys = ["ledger", "account:<id>",], wait = "forever")]
-async fn close(id: u64) -> std::io::Result<()> {
+async fn close(id: u64) -> std::result::Result<(), LockError> {
     let _ = id;
     Ok(())
 }
