@@ -417,3 +417,50 @@ async fn wait_zero_skips_the_body_of_every_kind_when_the_lock_is_taken() {
         assert_eq!(ran.load(Ordering::SeqCst), 1, "runs once both are free");
     }
 }
+
+#[distributed_lock(key = "prices:<key>", kind = "write", wait = "1s")]
+async fn reprice(key: &str) -> Result<Option<u64>, LockError> {
+    Ok(lock_runtime::current_fence())
+}
+
+#[distributed_lock(key = "prices:<key>", kind = "read", wait = "1s")]
+async fn quote(key: &str) -> Result<Option<u64>, LockError> {
+    Ok(lock_runtime::current_fence())
+}
+
+#[distributed_lock(key = "prices:<key>", kind = "write", wait = "1s")]
+async fn reprice_and_quote(key: &str) -> Result<Option<u64>, LockError> {
+    let write_fence = lock_runtime::current_fence();
+    // a read of the same key inside the write body is a downgrade: granted at once
+    let read_fence = quote(key).await?;
+    assert_eq!(
+        lock_runtime::current_fence(),
+        write_fence,
+        "back in the write body"
+    );
+    Ok(read_fence)
+}
+
+#[distributed_lock(key = "prices:<key>", kind = "read", wait = "1s")]
+async fn quote_and_reprice(key: &str) -> Result<Option<u64>, LockError> {
+    // a write of the same key inside the read body would wait for its own read share
+    reprice(key).await
+}
+
+#[tokio::test]
+async fn read_bodies_nest_in_write_bodies_and_writes_in_reads_are_refused() {
+    let (_fx, probe) = setup().await;
+    let key = unique_key("prices");
+    let started = Instant::now();
+    let read_fence = reprice_and_quote(&key).await.unwrap();
+    assert!(read_fence.is_some(), "the read body ran with a token");
+    let refused = quote_and_reprice(&key).await;
+    assert_eq!(kind_of(refused), Some(ErrorKind::WouldDeadlock));
+    assert!(
+        started.elapsed() < Duration::from_millis(900),
+        "neither waited for itself"
+    );
+    // both released: a write from another service gets it at once
+    let write = probe.write(format!("prices:{key}")).try_once().await;
+    write.unwrap().release().await.unwrap();
+}
