@@ -102,7 +102,7 @@ impl Inner {
                         return Ok(guard(self, token, &grant, cell));
                     }
                 }
-                Attempt::Held(_) => self.local.drop_grant(&names.lock, &grant),
+                Attempt::Held { .. } => self.local.drop_grant(&names.lock, &grant),
             }
         }
 
@@ -165,8 +165,8 @@ impl Inner {
                             let cell = self.local.leave_granted(&names.lock, id, sent);
                             return Ok(guard(self, token, &grant, cell));
                         }
-                        Attempt::Held(ttl) => {
-                            self.local.park(&names.lock, id);
+                        Attempt::Held { retry: ttl, room } => {
+                            self.local.park(&names.lock, id, room);
                             let out_of_time = deadline.is_some_and(|d| Instant::now() >= d);
                             if !subscribed && !out_of_time {
                                 subscribed = true;
@@ -221,7 +221,7 @@ impl Inner {
             let give_back = match &reply {
                 Ok(Attempt::Granted(_) | Attempt::Holding(_)) => ask != Ask::Confirm,
                 Err(_) => ask != Ask::Confirm,
-                Ok(Attempt::Held(_)) => false,
+                Ok(Attempt::Held { .. }) => false,
             };
             if give_back {
                 tracing::debug!(key = %n.names.user, ?reply, "acquire cancelled, giving the grant back");

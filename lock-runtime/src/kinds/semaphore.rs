@@ -23,9 +23,10 @@ static RENEW: LazyLock<Script> =
 static AVAILABLE: LazyLock<Script> =
     LazyLock::new(|| Script::new(include_str!("../scripts/semaphore/available.lua")));
 
-/// A permit grant as the engine sees it: grants coexist, and the waiters of a line are woken
-/// together by a release (joint): the permits it frees may be too few for the head's request
-/// but enough for a smaller one behind it, which would otherwise sleep until its wait ran out.
+/// A permit grant as the engine sees it: grants coexist; only the head of a line asks Redis (a
+/// release wakes it, and each waiter granted wakes the next). A head refused while some permits
+/// are free - too few for its request, maybe enough for a smaller one - lets the waiter behind
+/// it try, and so on down the line.
 pub(crate) static SEMAPHORE: Kind = Kind {
     id: 3,
     noun: "semaphore",
@@ -33,7 +34,7 @@ pub(crate) static SEMAPHORE: Kind = Kind {
     lua: &[include_str!("../scripts/semaphore/semaphore.lua")],
     renew: &RENEW,
     shared: true,
-    joint: true,
+    joint: false,
     reentrant: false,
     hand_off: false,
 };

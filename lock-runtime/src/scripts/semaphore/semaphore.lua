@@ -39,6 +39,7 @@ end
 
 -- acquire: hash, fence counter, services waiting, unused; owner field; grant id; lease in ms;
 -- waiter horizon in ms ('0': do not register); extra: '<permits wanted> <permits in all>'
+-- Replies as ops.lua documents; a refusal's third value is how many permits are free.
 local function acquire(lock, fence_key, queue, _, owner, grant_id, lease, horizon, extra)
   local lease_ms = checked_lease(lease)
   local want, total = string.match(extra, '^(%d+) (%d+)$')
@@ -69,7 +70,8 @@ local function acquire(lock, fence_key, queue, _, owner, grant_id, lease, horizo
     -- would not publish, and the waiter would sleep through it until the earliest lease ends
     retry = math.min(retry, math.max(tonumber(horizon) - 1000, 1))
   end
-  return 0, retry, 0
+  -- the third value: permits free now (a smaller request may fit)
+  return 0, retry, math.max(total - used, 0)
 end
 
 -- release: hash, fence counter, services waiting, unused; owner field; grant id; the next
