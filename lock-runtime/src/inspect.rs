@@ -425,7 +425,8 @@ impl LockService {
     }
 
     /// Removes the lock `key` of `kind` whoever holds it, and wakes its waiters; returns the
-    /// lock as it was removed (read in the same script), or `None` when nobody held it.
+    /// lock as it was removed (its holders, leases and fencing token, read in the same script;
+    /// `last_fence` and the waiters are not read), or `None` when nobody held it.
     ///
     /// Every holder loses it: a holder in this service learns it at once (`lost()` fires), one
     /// elsewhere at its next renewal, or at its validity deadline. Their releases then fail
