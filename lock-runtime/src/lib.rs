@@ -165,6 +165,7 @@ mod engine;
 mod error;
 /// Fenced writes: data that rejects a write from a holder whose lock has passed to someone else.
 pub mod fenced;
+pub mod inspect;
 mod kinds;
 #[cfg(any(feature = "tower", feature = "actix-web"))]
 #[cfg_attr(docsrs, doc(cfg(any(feature = "tower", feature = "actix-web"))))]
@@ -177,6 +178,7 @@ mod service;
 pub use config::{DefaultWait, LockConfig, Topology};
 pub use context::{Held, current_fence, current_lock_key};
 pub use error::{ErrorKind, LockError};
+pub use inspect::{HoldMode, Holder, LockKind};
 pub use kinds::multi::{MultiGuard, MultiRequest};
 pub use kinds::mutex::{LockGuard, LockRequest};
 pub use kinds::rw::{ReadGuard, ReadRequest, RwRequest, WriteGuard, WriteRequest};

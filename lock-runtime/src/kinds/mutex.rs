@@ -107,9 +107,9 @@ impl<'a> LockRequest<'a> {
     /// ```
     ///
     /// # Errors
-    /// The errors of acquiring (see [`LockService::lock`]), and [`ErrorKind::Lost`](crate::ErrorKind::Lost) when the
-    /// lock was lost while the body ran: the body is stopped (dropped) at that moment, as
-    /// someone else may hold the lock now.
+    /// The errors of acquiring (see [`LockService::lock`]), and
+    /// [`ErrorKind::Lost`](crate::ErrorKind::Lost) when the lock was lost while the body ran:
+    /// the body is stopped (dropped) at that moment, as someone else may hold the lock now.
     ///
     /// # Cancel safety
     /// Dropping the returned future drops the body and releases the lock in the background.
