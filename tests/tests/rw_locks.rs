@@ -1,7 +1,7 @@
 //! Read-write locks against real Redis: readers share, a writer excludes readers and writers,
 //! a waiting writer stops new readers (writers do not starve), downgrade inside a write body,
 //! upgrades refused, one lease per reader, a crashed reader's share runs out, wake-ups, write
-//! fencing tokens, extend after a loss, and exclusion through a faulty network.
+//! fencing tokens, cancellation, extend after a loss, and exclusion through a faulty network.
 //!
 //! Exclusion is checked on a shared resource with concurrency counters (`Room`), never by
 //! timing. The exclusion and writer-preference checks run on every topology (see
@@ -859,6 +859,96 @@ async fn write_tokens_strictly_increase() {
     }
     assert!(tokens.windows(2).all(|w| w[0] < w[1]), "{tokens:?}");
     ends_up_free(&fx, &services[0], &key, Duration::from_secs(5)).await;
+}
+
+/// Cancelling a read or write that waits gives everything back: its place among the waiting
+/// services, and a grant that reached Redis after the caller left. Two ways: the future is
+/// dropped while it waits behind a writer (and a writer gives up on its wait), and the future is
+/// dropped while Redis's grant is on its way back through a slow proxy.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_cancelled_read_or_write_gives_everything_back() {
+    let fx = Fixture::single().await;
+    let (h, b, c, d) = (
+        fx.service(LONG).await,
+        fx.service(LONG).await,
+        fx.service(LONG).await,
+        fx.service(LONG).await,
+    );
+
+    // dropped while waiting
+    let key = unique_key("cancel");
+    let held = h.write(&key).await.unwrap();
+    let reader = {
+        let (b, key) = (b.clone(), key.clone());
+        tokio::spawn(async move { b.read(&key).await })
+    };
+    let writer = {
+        let (c, key) = (c.clone(), key.clone());
+        tokio::spawn(async move { c.write(&key).await })
+    };
+    eventually(
+        "a reader and a writer wait",
+        Duration::from_secs(5),
+        || async { zcard(&fx, &waiting_key(&key)) == 2 && zcard(&fx, &writers_key(&key)) == 1 },
+    )
+    .await;
+    // a reader of the writer's service waits behind it: polled once, it is in line
+    let mut same_service_reader = Box::pin(c.read(&key).wait(WAIT).into_future());
+    tokio::select! {
+        biased;
+        _ = &mut same_service_reader => panic!("a reader got in beside a writer"),
+        () = std::future::ready(()) => {}
+    }
+    reader.abort();
+    writer.abort();
+    assert!(reader.await.unwrap_err().is_cancelled());
+    assert!(writer.await.unwrap_err().is_cancelled());
+    // and a writer that gives up on its wait
+    let e = d
+        .write(&key)
+        .wait(Duration::from_millis(300))
+        .await
+        .unwrap_err();
+    assert_eq!(e.kind(), ErrorKind::Timeout);
+    eventually(
+        "only the reader's service is still registered as waiting, no writer",
+        Duration::from_secs(2),
+        || async { zcard(&fx, &waiting_key(&key)) == 1 && zcard(&fx, &writers_key(&key)) == 0 },
+    )
+    .await;
+    held.release().await.unwrap();
+    tokio::time::timeout(Duration::from_secs(2), same_service_reader)
+        .await
+        .expect("the reader behind the cancelled writer gets in at once")
+        .unwrap()
+        .release()
+        .await
+        .unwrap();
+    ends_up_free(&fx, &d, &key, Duration::from_secs(1)).await;
+
+    // dropped while the grant is on its way back
+    let proxy = Proxy::start(Topology::addr_of(fx.topo().master_port())).await;
+    let slow = LockService::connect(LockConfig::single(proxy.url()).with_watchdog_timeout(LONG))
+        .await
+        .unwrap();
+    proxy.set_latency(Duration::from_millis(500));
+    for write in [false, true] {
+        let key = unique_key("cancel-late");
+        let attempt = async {
+            if write {
+                slow.write(&key).await.map(drop)
+            } else {
+                slow.read(&key).await.map(drop)
+            }
+        };
+        tokio::select! {
+            _ = attempt => panic!("the reply came before the grant was seen on Redis"),
+            () = eventually("granted on Redis", Duration::from_secs(5), || async {
+                fx.exists(&rw_key(&key))
+            }) => {}
+        }
+        ends_up_free(&fx, &d, &key, Duration::from_secs(5)).await;
+    }
 }
 
 /// `extend` on a hold that is lost is `NotHeld`, and changes nothing: whether the hold's lease
