@@ -1044,6 +1044,123 @@ async fn extend_on_a_lost_hold_is_not_held() {
     }
 }
 
+/// A waiter's service stays registered as waiting for `min(wait, watchdog_timeout) + 1 s` after
+/// each attempt. A writer that waits longer than that behind readers with long fixed leases
+/// must still keep new readers out: no reader that asks after the writer is registered gets in
+/// before the writer. Readers of two services hold 2 s each with 3 s leases, overlapping; the
+/// writer's service has a 300 ms watchdog (registration 1.3 s).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_writer_waiting_past_its_registration_still_stops_new_readers() {
+    let fx = Fixture::single().await;
+    let writers = fx.service(Duration::from_millis(300)).await;
+    let (a, c) = (fx.service(LONG).await, fx.service(LONG).await);
+    let key = unique_key("long-leases");
+    let room = Arc::new(Room::default());
+    let stop = Arc::new(AtomicBool::new(false));
+    // (asked, granted) per read
+    let reads = Arc::new(Mutex::new(Vec::new()));
+    let mut readers = Vec::new();
+    for (i, s) in [&a, &c, &a, &c].into_iter().enumerate() {
+        let (s, key, room, stop, reads) = (
+            s.clone(),
+            key.clone(),
+            room.clone(),
+            stop.clone(),
+            reads.clone(),
+        );
+        readers.push(tokio::spawn(async move {
+            tokio::time::sleep(Duration::from_millis(500) * i as u32).await;
+            while !stop.load(SeqCst) {
+                let asked = Instant::now();
+                let g = s
+                    .read(&key)
+                    .lease(Duration::from_secs(3))
+                    .wait(WAIT)
+                    .await
+                    .unwrap();
+                reads.lock().unwrap().push((asked, Instant::now()));
+                room.enter_read();
+                tokio::time::sleep(Duration::from_secs(2)).await;
+                room.leave_read();
+                g.release().await.unwrap();
+            }
+        }));
+    }
+    eventually("the readers overlap", Duration::from_secs(5), || async {
+        room.max_readers() >= 3
+    })
+    .await;
+    let writer = spawn_write(&writers, &key);
+    eventually(
+        "the writer is registered",
+        Duration::from_secs(5),
+        || async { zcard(&fx, &writers_key(&key)) == 1 },
+    )
+    .await;
+    let registered = Instant::now();
+    let w = granted("the writer", writer, Duration::from_secs(15)).await;
+    let got_in = Instant::now();
+    room.enter_write();
+    room.leave_write();
+    w.release().await.unwrap();
+    stop.store(true, SeqCst);
+    for r in readers {
+        tokio::time::timeout(WAIT, r)
+            .await
+            .expect("readers stop")
+            .unwrap();
+    }
+    let ahead = reads
+        .lock()
+        .unwrap()
+        .iter()
+        .filter(|(asked, granted)| *asked > registered && *granted < got_in)
+        .count();
+    println!(
+        "the writer got in {:?} after it was registered",
+        got_in - registered
+    );
+    assert_eq!(
+        ahead, 0,
+        "readers that asked after the writer got in ahead of it"
+    );
+    assert_eq!(room.overlaps(), 0);
+}
+
+/// A reader waits behind a writer with a 5 s lease, longer than the reader's registration as
+/// waiting (its service's watchdog is 300 ms: 1.3 s); the writer releases after 2 s. The release
+/// must wake the reader, not leave it asleep until the writer's lease would have ended.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_reader_waiting_past_its_registration_is_woken_by_the_release() {
+    let fx = Fixture::single().await;
+    let readers = fx.service(Duration::from_millis(300)).await;
+    let holder = fx.service(LONG).await;
+    let key = unique_key("woken-late");
+    let w = holder
+        .write(&key)
+        .lease(Duration::from_secs(5))
+        .await
+        .unwrap();
+    let reader = spawn_read(&readers, &key);
+    eventually("the reader waits", Duration::from_secs(5), || async {
+        zcard(&fx, &waiting_key(&key)) == 1
+    })
+    .await;
+    // past the reader's first registration
+    tokio::time::sleep(Duration::from_secs(2)).await;
+    let released = Instant::now();
+    w.release().await.unwrap();
+    granted("the reader", reader, Duration::from_secs(1))
+        .await
+        .release()
+        .await
+        .unwrap();
+    println!(
+        "the reader got in {:?} after the release",
+        released.elapsed()
+    );
+}
+
 // ---------------------------------------------------------------------------------------------
 // Through a faulty network
 // ---------------------------------------------------------------------------------------------
