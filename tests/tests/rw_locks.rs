@@ -1044,6 +1044,53 @@ async fn extend_on_a_lost_hold_is_not_held() {
     }
 }
 
+/// A reader kept out by a waiting writer (the lock itself is shared by a reader) sleeps until a
+/// wake-up instead of asking Redis again and again, and is woken when the writer gives up (its
+/// future is dropped) - the share in force does not keep it out, so it gets in at once.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_reader_kept_out_by_a_waiting_writer_sleeps_until_woken() {
+    let fx = Fixture::single().await;
+    let (a, b, c) = (
+        fx.service(LONG).await,
+        fx.service(LONG).await,
+        fx.service(LONG).await,
+    );
+    let key = unique_key("no-polling");
+    let monitor = Monitor::start(fx.node_for(&rw_key(&key)), {
+        let turn = format!("\"{}\"", writers_key(&key));
+        move |line: &str| line.contains("\"EVALSHA\"") && line.contains(&turn)
+    })
+    .await;
+    let share = a.read(&key).await.unwrap();
+    let writer = spawn_write(&b, &key);
+    eventually("the writer waits", Duration::from_secs(5), || async {
+        zcard(&fx, &writers_key(&key)) == 1
+    })
+    .await;
+    let reader = spawn_read(&c, &key);
+    eventually("the reader waits", Duration::from_secs(5), || async {
+        zcard(&fx, &waiting_key(&key)) == 2
+    })
+    .await;
+    // the reader tries, subscribes, tries again, then sleeps: no attempts for 200 ms
+    monitor.sync().await;
+    quiet(&monitor, acquire_ops(&monitor.lines())).await;
+    assert!(!reader.is_finished());
+    writer.abort();
+    assert!(writer.await.unwrap_err().is_cancelled());
+    granted(
+        "the reader, once the writer stopped waiting",
+        reader,
+        Duration::from_secs(2),
+    )
+    .await
+    .release()
+    .await
+    .unwrap();
+    share.release().await.unwrap();
+    ends_up_free(&fx, &a, &key, Duration::from_secs(5)).await;
+}
+
 /// A waiter's service stays registered as waiting for `min(wait, watchdog_timeout) + 1 s` after
 /// each attempt. A writer that waits longer than that behind readers with long fixed leases
 /// must still keep new readers out: no reader that asks after the writer is registered gets in

@@ -16,12 +16,16 @@ use super::Acquiring;
 use crate::engine::{Guard, Inner, KeyNames, Kind, owner_field};
 use crate::error::{ErrorKind, LockError};
 use crate::owner::OwnerId;
-use crate::scripts::{self, ScriptCall};
+use crate::scripts::ScriptCall;
 use crate::service::LockService;
 
 /// Renews or extends read and write holds by grant id.
 static RENEW: LazyLock<Script> =
     LazyLock::new(|| Script::new(include_str!("../scripts/rw/renew.lua")));
+
+/// Takes a service off the writers waiting and wakes the readers kept out for them.
+static LEAVE: LazyLock<Script> =
+    LazyLock::new(|| Script::new(include_str!("../scripts/rw/leave.lua")));
 
 /// The read hold as the engine sees it: shared, taken together by the readers at the front of
 /// a line.
@@ -207,10 +211,12 @@ impl<G: Send + 'static> RwRequest<'_, G> {
 /// A write request on its way. While a writer waits, its service is registered among the
 /// writers waiting (`<lock>:turn`), which keeps new readers of every service out. A writer that
 /// leaves without the lock - its wait ran out, it failed, or its future was dropped - takes its
-/// service off that set when no other writer of the service waits for the key: a writer that
-/// no longer waits must not keep readers out until the registration runs out (for a writer
-/// without a wait limit, the watchdog timeout plus a second). A wait that ran out deregisters
-/// before the caller gets the error; a dropped future deregisters in the background.
+/// service off that set when no other writer of the service waits for the key
+/// (`scripts/rw/leave.lua`, which also wakes the readers kept out when no writer waits any
+/// more): a writer that no longer waits must not keep readers out until the registration runs
+/// out (for a writer without a wait limit, the watchdog timeout plus a second). A wait that ran
+/// out deregisters before the caller gets the error; a dropped future deregisters in the
+/// background.
 struct WaitingWriter {
     inner: std::sync::Arc<Inner>,
     names: KeyNames,
@@ -224,11 +230,14 @@ impl WaitingWriter {
         if self.inner.local.waiters_of(&self.names.lock, &WRITE) > 0 {
             return None;
         }
-        // LEAVE removes a member from a zset: here this service from the writers waiting
-        let (inner, writers) = (self.inner.clone(), self.names.turn());
+        let (inner, names) = (self.inner.clone(), self.names.clone());
         Some(async move {
-            let mut call = ScriptCall::new(&scripts::LEAVE, 1);
-            call.key(&writers).arg(&inner.service_id);
+            let mut call = ScriptCall::new(&LEAVE, 2);
+            call.key(&names.turn())
+                .key(&names.queue())
+                .arg(&inner.service_id)
+                .arg(names.channel())
+                .arg(inner.backend.publish_command());
             if let Err(e) = inner.backend.run::<i64>("leave", &call).await {
                 tracing::debug!(error = %e, "could not deregister a waiting writer");
             }
