@@ -619,6 +619,51 @@ async fn a_read_inside_a_write_body_is_granted_at_once() {
     ends_up_free(&fx, &a, &key, Duration::from_secs(5)).await;
 }
 
+/// A read inside a read body re-enters the share at once, although a writer waits (which keeps
+/// every new reader out - also another owner of the same service): writer preference never
+/// makes a reader wait for a writer that waits for that reader.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_reader_re_enters_its_share_while_a_writer_waits() {
+    let fx = Fixture::single().await;
+    let (a, b) = (fx.service(LONG).await, fx.service(LONG).await);
+    let key = unique_key("re-read");
+    let writer = a
+        .read(&key)
+        .run(|held| {
+            let (a, b, fx, key) = (&a, &b, &fx, key.clone());
+            async move {
+                let writer = spawn_write(b, &key);
+                eventually("the writer waits", Duration::from_secs(5), || async {
+                    zcard(fx, &writers_key(&key)) == 1
+                })
+                .await;
+                let e = a
+                    .read(&key)
+                    .owner(OwnerId::new())
+                    .try_once()
+                    .await
+                    .unwrap_err();
+                assert_eq!(e.kind(), ErrorKind::Timeout, "a new reader got in: {e}");
+                let inner = a
+                    .read(&key)
+                    .try_once()
+                    .await
+                    .expect("the body's own share is re-entered at once");
+                assert_eq!(inner.fence(), held.fence());
+                inner.release().await.unwrap();
+                assert!(!writer.is_finished());
+                (writer, held.fence())
+            }
+        })
+        .await
+        .unwrap();
+    let (writer, read_fence) = writer;
+    let w = granted("the writer", writer, Duration::from_secs(2)).await;
+    assert!(w.fence() > read_fence);
+    w.release().await.unwrap();
+    ends_up_free(&fx, &a, &key, Duration::from_secs(5)).await;
+}
+
 /// Upgrade: a write asked for by the owner that holds the lock for reading would wait for its
 /// own share forever; it is refused at once with `WouldDeadlock` - inside a read body, inside
 /// an owner scope, with an explicit owner. A write of another owner just waits.
