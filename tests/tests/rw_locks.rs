@@ -1,10 +1,13 @@
 //! Read-write locks against real Redis: readers share, a writer excludes readers and writers,
-//! a waiting writer stops new readers (writers do not starve), downgrade inside a write body,
-//! upgrades refused, one lease per reader, a crashed reader's share runs out, wake-ups, write
-//! fencing tokens, cancellation, extend after a loss, and exclusion through a faulty network.
+//! a waiting writer stops new readers (writers do not starve; a reader still re-enters its own
+//! share), downgrade inside a write body, upgrades refused, one lease per reader, a crashed
+//! reader's share runs out, wake-ups (a write release wakes every waiting reader or one writer
+//! head per service; readers kept out sleep until woken; waiters stay registered behind long
+//! leases), write fencing tokens, cancellation, extend after a loss, and exclusion through a
+//! faulty network.
 //!
 //! Exclusion is checked on a shared resource with concurrency counters (`Room`), never by
-//! timing. The exclusion and writer-preference checks run on every topology (see
+//! timing. The exclusion, writer-preference and wake-up checks run on every topology (see
 //! `every_topology!` at the end).
 //!
 //! On Redis a read-write lock `k` is the hash `lock:rw:{k}` (see `scripts/rw/state.lua`): one
@@ -1403,8 +1406,11 @@ async fn no_writer_overlaps_anyone_through_a_faulty_network() {
         pause(Duration::from_millis(300)).await;
         proxy.reset_all().await;
         pause(Duration::from_millis(300)).await;
+        // a partition ends with its connections reset: bytes lost inside a TCP connection
+        // that lives on would desynchronise every client's replies, which TCP never does
         proxy.blackhole(true);
         pause(rng_ms(200, 500)).await;
+        proxy.reset_all().await;
         proxy.blackhole(false);
         pause(Duration::from_millis(300)).await;
         proxy.pause();
