@@ -579,6 +579,13 @@ impl Local {
         self.lock().get(key).map_or(0, |s| s.waiters.len())
     }
 
+    /// How many callers of this service wait in line for a hold of `kind` of `key`.
+    pub(crate) fn waiters_of(&self, key: &str, kind: &Kind) -> usize {
+        self.lock()
+            .get(key)
+            .map_or(0, |s| s.waiters.iter().filter(|w| w.kind == kind).count())
+    }
+
     /// Whether anyone in this process waits for `key`.
     pub(crate) fn has_waiters(&self, key: &str) -> bool {
         self.lock().get(key).is_some_and(|s| !s.waiters.is_empty())
