@@ -151,11 +151,17 @@ impl LockError {
         if let Some(what) = crate::backend::tls_failure(&err) {
             return LockError::new(ErrorKind::Tls, format!("{context}: {what}")).with_source(err);
         }
+        // a command or key refused inside a script comes without a NOPERM code on Redis 7.0
         let auth = err.kind() == redis::ErrorKind::AuthenticationFailed
             || matches!(err.code(), Some("WRONGPASS" | "NOAUTH" | "NOPERM"))
-            || ["WRONGPASS", "NOAUTH", "NOPERM"]
-                .iter()
-                .any(|code| err.to_string().contains(code));
+            || [
+                "WRONGPASS",
+                "NOAUTH",
+                "NOPERM",
+                "The user executing the script can't",
+            ]
+            .iter()
+            .any(|code| err.to_string().contains(code));
         let kind = if auth {
             ErrorKind::Auth
         } else {
