@@ -524,12 +524,16 @@ impl LockConfig {
                 crate::backend::redacted(url)
             )));
         }
+        let Some(&(first_field, first_url)) = urls.first() else {
+            return Ok(());
+        };
         let tls_urls = urls.iter().filter(|(_, url)| is_tls_url(url)).count();
         if tls_urls > 0 && tls_urls < urls.len() {
             let (field, url) = urls
                 .iter()
+                .copied()
                 .find(|(_, url)| !is_tls_url(url))
-                .unwrap_or(&urls[0]);
+                .unwrap_or((first_field, first_url));
             return Err(LockError::config(format!(
                 "{origin}: `{field}` = {:?} is plaintext (redis://) while other URLs use TLS \
                  (rediss://): use one scheme for every URL",
@@ -538,19 +542,17 @@ impl LockConfig {
         }
         if tls_urls == 0 {
             if self.tls.is_some() {
-                let (field, url) = urls[0];
                 return Err(LockError::config(format!(
-                    "{origin}: `redis.tls` is set but `{field}` = {:?} is plaintext: write \
-                     rediss:// to connect with TLS (or remove `redis.tls`)",
-                    crate::backend::redacted(url)
+                    "{origin}: `redis.tls` is set but `{first_field}` = {:?} is plaintext: \
+                     write rediss:// to connect with TLS (or remove `redis.tls`)",
+                    crate::backend::redacted(first_url)
                 )));
             }
             return Ok(());
         }
         if !cfg!(feature = "tls") {
-            let (field, _) = urls[0];
             return Err(LockError::config(format!(
-                "{origin}: `{field}` uses TLS (rediss://), which needs the `tls` feature of \
+                "{origin}: `{first_field}` uses TLS (rediss://), which needs the `tls` feature of \
                  lock-runtime: `lock-runtime = {{ version = \"..\", features = [\"tls\"] }}`"
             )));
         }

@@ -76,13 +76,19 @@ pub(super) fn wrong_scheme(url: &str, server_tls: bool) -> LockError {
     LockError::new(ErrorKind::Tls, format!("cannot connect to {url}: {what}"))
 }
 
-/// After a failed connect to `urls` that was neither refused nor timed out: the first of them
-/// whose port does not speak what its scheme says, as an error naming it.
+/// After a failed connect to `urls` that says nothing more precise (not refused, no timeout,
+/// no TLS failure, no answer from Redis): the first of them whose port does not speak what its
+/// scheme says, as an error naming it.
 pub(super) async fn wrong_scheme_after<U: AsRef<str>>(
     urls: &[U],
     err: &redis::RedisError,
 ) -> Option<LockError> {
-    if err.is_connection_refusal() || err.is_timeout() {
+    let said_why = err.is_connection_refusal()
+        || err.is_timeout()
+        || err.code().is_some()
+        || err.kind() == redis::ErrorKind::AuthenticationFailed
+        || super::tls_failure(err).is_some();
+    if said_why {
         return None;
     }
     mismatched_scheme(urls).await
