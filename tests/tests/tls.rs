@@ -20,7 +20,7 @@ const CONNECT_TIMEOUT: Duration = Duration::from_secs(5);
 
 /// Lock and unlock, then tasks of two services take turns on one key: the count of critical
 /// sections adds up and no two overlap (waiters are woken by release messages over TLS).
-async fn locks_and_contention(fx: &Fixture, config: impl Fn() -> LockConfig) {
+async fn locks_and_contention(config: impl Fn() -> LockConfig) {
     let a = LockService::connect(config())
         .await
         .expect("connect over TLS");
@@ -62,7 +62,6 @@ async fn locks_and_contention(fx: &Fixture, config: impl Fn() -> LockConfig) {
         joined.unwrap();
     }
     assert_eq!(done.load(Ordering::SeqCst), 2 * 3 * 8);
-    let _ = fx;
 }
 
 fn assert_tls_error(err: &LockError, port: u16, what: &str, started: Instant) {
@@ -93,14 +92,14 @@ async fn single_over_tls() {
         "{}",
         fx.topo().url()
     );
-    locks_and_contention(&fx, || with_timeout(fx.config(Duration::from_secs(30)))).await;
+    locks_and_contention(|| with_timeout(fx.config(Duration::from_secs(30)))).await;
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn master_slave_over_tls_with_replica_acknowledgements() {
     let fx = Fixture::own_tls(Spec::master_replicas(), Pki::new()).await;
     assert_eq!(fx.kind(), Kind::MasterReplicas);
-    locks_and_contention(&fx, || {
+    locks_and_contention(|| {
         with_timeout(fx.config(Duration::from_secs(30)))
             .with_sync_replicas(2, Duration::from_secs(1))
     })
@@ -110,7 +109,7 @@ async fn master_slave_over_tls_with_replica_acknowledgements() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn sentinel_over_tls_with_replica_acknowledgements() {
     let fx = Fixture::own_tls(Spec::sentinel(), Pki::new()).await;
-    locks_and_contention(&fx, || {
+    locks_and_contention(|| {
         with_timeout(fx.config(Duration::from_secs(30)))
             .with_sync_replicas(1, Duration::from_secs(1))
     })
@@ -154,7 +153,7 @@ fn plaintext(ports: &[u16]) -> Vec<String> {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn cluster_over_tls() {
     let fx = Fixture::own_tls(Spec::cluster(), Pki::new()).await;
-    locks_and_contention(&fx, || with_timeout(fx.config(Duration::from_secs(30)))).await;
+    locks_and_contention(|| with_timeout(fx.config(Duration::from_secs(30)))).await;
 
     // trusting another CA: the seed nodes are named
     let pki = fx.topo().tls().unwrap();
