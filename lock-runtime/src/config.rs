@@ -16,6 +16,11 @@
 //! # sync_replicas = 1       # cluster/sentinel/master-slave: replicas that must acknowledge
 //! # sync_timeout = "1s"     #   each grant within this time, else it is given back
 //!
+//! # [redis.tls]             # feature "tls"; the URLs say rediss:// (every one of them)
+//! # ca_file = "ca.pem"      # the CA that signed the servers' certificates (else system roots)
+//! # cert_file = "client.pem"  # a client certificate and its key, for servers that ask for one
+//! # key_file = "client.key"   #   (tls-auth-clients yes); both or neither
+//!
 //! [lock]
 //! prefix = "lock:"          # prepended to every key
 //! watchdog_timeout = "30s"  # lease of locks taken without one; renewed every third of it
@@ -27,6 +32,23 @@
 //! Every key is optional except `mode` and the address fields of the chosen mode. Unknown keys,
 //! fields of another mode and malformed values are [`ErrorKind::Config`] errors that name the
 //! file, the field and what was expected.
+//!
+//! # TLS
+//!
+//! Connections use TLS where the URLs say `rediss://`: then every URL of the configuration must
+//! (a mix of `redis://` and `rediss://` is a `Config` error), and in sentinel mode the master the
+//! sentinels name is reached over TLS as well. `[redis.tls]` ([`TlsConfig`]) names the files:
+//! a CA to trust instead of the system's roots, and a client certificate with its key for
+//! servers that check clients (mutual TLS). Relative paths in a file are relative to the file's
+//! directory. The files are read when the service connects (and again when sentinel mode
+//! switches masters); a file that cannot be read or holds no PEM certificate / key is a
+//! `Config` error naming the field and the path, never the contents. Certificates are always
+//! verified, host names included: there is no switch to turn that off (a URL ending in
+//! `#insecure` is refused); for self-signed servers, give their CA as `ca_file`. A server whose
+//! certificate is not trusted or has expired, one that refuses the client certificate, and one
+//! that does not speak TLS are [`ErrorKind::Tls`] errors naming the server. TLS needs the
+//! crate's `tls` feature (rustls; no OpenSSL): without it a `rediss://` URL or `[redis.tls]` is a
+//! `Config` error that says so.
 
 use std::path::{Path, PathBuf};
 use std::time::Duration;
@@ -77,6 +99,67 @@ impl Topology {
     }
 }
 
+/// The files TLS connections use (`[redis.tls]` in a file): a CA to trust and a client
+/// certificate (mutual TLS). TLS itself is on where the URLs say `rediss://` (see the
+/// [module docs](self#tls)); it needs the crate's `tls` feature.
+///
+/// Only paths are kept here: the files are read when the service connects, and neither the
+/// key nor any certificate is ever printed (`Debug` shows the paths).
+///
+/// ```
+/// use lock_runtime::LockConfig;
+/// use lock_runtime::config::TlsConfig;
+///
+/// let config = LockConfig::single("rediss://redis.internal:6380").with_tls(
+///     TlsConfig::new()
+///         .with_ca_file("/etc/lock/ca.pem")
+///         .with_client_cert("/etc/lock/client.pem", "/etc/lock/client.key"),
+/// );
+/// assert_eq!(config.tls().and_then(|t| t.key_file()).unwrap().to_str(), Some("/etc/lock/client.key"));
+/// ```
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct TlsConfig {
+    ca_file: Option<PathBuf>,
+    client: Option<(PathBuf, PathBuf)>,
+}
+
+impl TlsConfig {
+    /// No files: the system's root certificates, no client certificate.
+    pub fn new() -> Self {
+        Self::default()
+    }
+
+    /// Trusts the CA certificates (PEM) in `path` instead of the system's roots.
+    pub fn with_ca_file(mut self, path: impl Into<PathBuf>) -> Self {
+        self.ca_file = Some(path.into());
+        self
+    }
+
+    /// Presents the certificate chain in `cert_file` (PEM) with the private key in `key_file`
+    /// (PEM: PKCS#8, PKCS#1 or SEC1) to servers that check clients (`tls-auth-clients`).
+    pub fn with_client_cert(
+        mut self,
+        cert_file: impl Into<PathBuf>,
+        key_file: impl Into<PathBuf>,
+    ) -> Self {
+        self.client = Some((cert_file.into(), key_file.into()));
+        self
+    }
+
+    /// The CA file, if any.
+    pub fn ca_file(&self) -> Option<&Path> {
+        self.ca_file.as_deref()
+    }
+    /// The client certificate file, if any.
+    pub fn cert_file(&self) -> Option<&Path> {
+        self.client.as_ref().map(|(cert, _)| cert.as_path())
+    }
+    /// The client key file, if any.
+    pub fn key_file(&self) -> Option<&Path> {
+        self.client.as_ref().map(|(_, key)| key.as_path())
+    }
+}
+
 /// How long annotated fns (and other callers that ask for the default) wait for a lock.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum DefaultWait {
@@ -105,6 +188,7 @@ pub struct LockConfig {
     topology: Topology,
     username: Option<String>,
     password: Option<String>,
+    tls: Option<TlsConfig>,
     connect_timeout: Duration,
     response_timeout: Duration,
     sync_replicas: u32,
@@ -144,6 +228,7 @@ impl std::fmt::Debug for LockConfig {
             .field("topology", &format_args!("{topology}"))
             .field("username", &self.username)
             .field("password", &self.password.as_ref().map(|_| "***"))
+            .field("tls", &self.tls)
             .field("connect_timeout", &self.connect_timeout)
             .field("response_timeout", &self.response_timeout)
             .field("sync_replicas", &self.sync_replicas)
@@ -175,6 +260,7 @@ impl LockConfig {
             topology,
             username: None,
             password: None,
+            tls: None,
             connect_timeout: DEFAULT_CONNECT_TIMEOUT,
             response_timeout: DEFAULT_RESPONSE_TIMEOUT,
             sync_replicas: 0,
@@ -287,6 +373,14 @@ impl LockConfig {
         self
     }
 
+    /// Sets the files TLS connections use: a CA and a client certificate (see [`TlsConfig`]).
+    /// TLS is used where the URLs say `rediss://`; with plaintext URLs this is a `Config` error
+    /// at connect. Needs the crate's `tls` feature.
+    pub fn with_tls(mut self, tls: TlsConfig) -> Self {
+        self.tls = Some(tls);
+        self
+    }
+
     /// The Redis topology.
     pub fn topology(&self) -> &Topology {
         &self.topology
@@ -298,6 +392,14 @@ impl LockConfig {
     /// The password, if any.
     pub fn password(&self) -> Option<&str> {
         self.password.as_deref()
+    }
+    /// The TLS files, if set.
+    pub fn tls(&self) -> Option<&TlsConfig> {
+        self.tls.as_ref()
+    }
+    /// Whether the connections use TLS: the URLs say `rediss://`.
+    pub fn uses_tls(&self) -> bool {
+        self.urls().iter().any(|(_, url)| is_tls_url(url))
     }
     /// How long connecting may take.
     pub fn connect_timeout(&self) -> Duration {
@@ -377,6 +479,7 @@ impl LockConfig {
                 )));
             }
         }
+        self.validate_tls(&origin)?;
         for (field, value) in [
             ("redis.connect_timeout", self.connect_timeout),
             ("redis.response_timeout", self.response_timeout),
@@ -387,6 +490,71 @@ impl LockConfig {
                     "{origin}: `{field}` must be greater than zero"
                 )));
             }
+        }
+        Ok(())
+    }
+
+    /// Every URL with the field it comes from.
+    fn urls(&self) -> Vec<(&'static str, &str)> {
+        match &self.topology {
+            Topology::Single { url } => vec![("redis.url", url.as_str())],
+            Topology::Cluster { nodes } => {
+                nodes.iter().map(|u| ("redis.nodes", u.as_str())).collect()
+            }
+            Topology::Sentinel { sentinels, .. } => sentinels
+                .iter()
+                .map(|u| ("redis.sentinels", u.as_str()))
+                .collect(),
+            Topology::MasterSlave { master, replicas } => {
+                std::iter::once(("redis.master", master.as_str()))
+                    .chain(replicas.iter().map(|u| ("redis.replicas", u.as_str())))
+                    .collect()
+            }
+        }
+    }
+
+    /// TLS is all or nothing, needs the feature, and never skips certificate checks.
+    fn validate_tls(&self, origin: &str) -> Result<(), LockError> {
+        let urls = self.urls();
+        if let Some((field, url)) = urls.iter().find(|(_, url)| url.contains("#insecure")) {
+            return Err(LockError::config(format!(
+                "{origin}: `{field}` = {:?} asks to skip certificate checks (`#insecure`), which \
+                 this crate does not do; give the CA that signed the server's certificate as \
+                 `redis.tls.ca_file` instead",
+                crate::backend::redacted(url)
+            )));
+        }
+        let Some(&(first_field, first_url)) = urls.first() else {
+            return Ok(());
+        };
+        let tls_urls = urls.iter().filter(|(_, url)| is_tls_url(url)).count();
+        if tls_urls > 0 && tls_urls < urls.len() {
+            let (field, url) = urls
+                .iter()
+                .copied()
+                .find(|(_, url)| !is_tls_url(url))
+                .unwrap_or((first_field, first_url));
+            return Err(LockError::config(format!(
+                "{origin}: `{field}` = {:?} is plaintext (redis://) while other URLs use TLS \
+                 (rediss://): use one scheme for every URL",
+                crate::backend::redacted(url)
+            )));
+        }
+        if tls_urls == 0 {
+            if self.tls.is_some() {
+                return Err(LockError::config(format!(
+                    "{origin}: `redis.tls` is set but `{first_field}` = {:?} is plaintext: \
+                     write rediss:// to connect with TLS (or remove `redis.tls`)",
+                    crate::backend::redacted(first_url)
+                )));
+            }
+            return Ok(());
+        }
+        if !cfg!(feature = "tls") {
+            return Err(LockError::config(format!(
+                "{origin}: `{first_field}` uses TLS (rediss://), which needs the `tls` feature of \
+                 lock-runtime: `lock-runtime = {{ version = \"..\", features = [\"tls\"] }}`"
+            )));
         }
         Ok(())
     }
@@ -424,10 +592,19 @@ struct RawRedis {
     replicas: Option<Vec<String>>,
     username: Option<String>,
     password: Option<String>,
+    tls: Option<RawTls>,
     connect_timeout: Option<ConfigDuration>,
     response_timeout: Option<ConfigDuration>,
     sync_replicas: Option<u32>,
     sync_timeout: Option<ConfigDuration>,
+}
+
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+struct RawTls {
+    ca_file: Option<PathBuf>,
+    cert_file: Option<PathBuf>,
+    key_file: Option<PathBuf>,
 }
 
 #[derive(Deserialize, Default)]
@@ -479,6 +656,13 @@ impl<'de> Deserialize<'de> for ConfigTtl {
             .map(|d| ConfigTtl(Some(d)))
             .map_err(|e| serde::de::Error::custom(format!("{e}, or \"never\"")))
     }
+}
+
+/// `rediss://...`: a TLS connection.
+pub(crate) fn is_tls_url(url: &str) -> bool {
+    url.trim_start()
+        .get(..9)
+        .is_some_and(|scheme| scheme.eq_ignore_ascii_case("rediss://"))
 }
 
 /// Parses a duration with the grammar the attribute uses too (`lock-duration`): `"500ms"`,
@@ -595,6 +779,35 @@ fn parse(text: &str, origin: &str, source: Option<PathBuf>) -> Result<LockConfig
     config.source = source;
     config.username = r.username.or_else(|| env("LOCK_REDIS_USERNAME"));
     config.password = r.password.or_else(|| env("LOCK_REDIS_PASSWORD"));
+    if let Some(tls) = r.tls {
+        // relative to the file's directory, like the file's other references would be read
+        let base = config.source.as_deref().and_then(Path::parent);
+        let resolve = |p: PathBuf| match base {
+            Some(dir) if p.is_relative() => dir.join(p),
+            _ => p,
+        };
+        let mut t = TlsConfig::new();
+        if let Some(ca) = tls.ca_file {
+            t = t.with_ca_file(resolve(ca));
+        }
+        t = match (tls.cert_file, tls.key_file) {
+            (Some(cert), Some(key)) => t.with_client_cert(resolve(cert), resolve(key)),
+            (None, None) => t,
+            (Some(_), None) => {
+                return Err(fail(
+                    "redis.tls.key_file",
+                    "missing; `cert_file` needs the key of that certificate".to_owned(),
+                ));
+            }
+            (None, Some(_)) => {
+                return Err(fail(
+                    "redis.tls.cert_file",
+                    "missing; `key_file` needs the certificate it belongs to".to_owned(),
+                ));
+            }
+        };
+        config.tls = Some(t);
+    }
     if let Some(d) = r.connect_timeout {
         config.connect_timeout = d.0;
     }
@@ -749,6 +962,108 @@ mod tests {
             .to_string();
         assert!(e.contains("missing.toml"), "{e}");
         std::fs::remove_dir_all(dir).unwrap();
+    }
+
+    const TLS_SINGLE: &str = "[redis]\nmode = \"single\"\nurl = \"rediss://h:1\"\n";
+
+    #[test]
+    fn tls_files_are_read_from_the_table() {
+        let text = format!(
+            "{TLS_SINGLE}[redis.tls]\nca_file = \"/etc/ca.pem\"\ncert_file = \"c.pem\"\n\
+             key_file = \"c.key\"\n"
+        );
+        let parsed = LockConfig::from_toml_str(&text);
+        if !cfg!(feature = "tls") {
+            let e = parsed.unwrap_err().to_string();
+            assert!(
+                e.contains("`tls` feature") && e.contains("`redis.url`"),
+                "{e}"
+            );
+            return;
+        }
+        let c = parsed.unwrap();
+        assert!(c.uses_tls());
+        let tls = c.tls().unwrap();
+        assert_eq!(tls.ca_file(), Some(Path::new("/etc/ca.pem")));
+        // no file: relative to the working directory
+        assert_eq!(tls.cert_file(), Some(Path::new("c.pem")));
+        assert_eq!(tls.key_file(), Some(Path::new("c.key")));
+        // a rediss:// URL alone: the system's roots, no client certificate
+        let c = LockConfig::from_toml_str(TLS_SINGLE).unwrap();
+        assert!(c.uses_tls() && c.tls().is_none());
+    }
+
+    #[test]
+    fn tls_paths_in_a_file_are_relative_to_it() {
+        if !cfg!(feature = "tls") {
+            return;
+        }
+        let dir = std::env::temp_dir().join(format!("lockcfg-tls-{}", std::process::id()));
+        std::fs::create_dir_all(&dir).unwrap();
+        let path = dir.join("lock.toml");
+        std::fs::write(
+            &path,
+            format!("{TLS_SINGLE}[redis.tls]\nca_file = \"certs/ca.pem\"\n"),
+        )
+        .unwrap();
+        let c = LockConfig::from_file(&path).unwrap();
+        assert_eq!(
+            c.tls().unwrap().ca_file(),
+            Some(dir.join("certs/ca.pem").as_path())
+        );
+        std::fs::remove_dir_all(dir).unwrap();
+    }
+
+    #[test]
+    fn tls_mistakes_name_the_field() {
+        let e = err(&format!("{TLS_SINGLE}[redis.tls]\ncert_file = \"c.pem\"\n"));
+        assert!(e.contains("`redis.tls.key_file`"), "{e}");
+        let e = err(&format!("{TLS_SINGLE}[redis.tls]\nkey_file = \"c.key\"\n"));
+        assert!(e.contains("`redis.tls.cert_file`"), "{e}");
+        let e = err(&format!(
+            "{TLS_SINGLE}[redis.tls]\ninsecure_skip_verify = true\n"
+        ));
+        assert!(e.contains("insecure_skip_verify"), "{e}");
+        // TLS files with a plaintext URL: nothing would use them
+        let e = err(
+            "[redis]\nmode = \"single\"\nurl = \"redis://h:1\"\n[redis.tls]\nca_file = \"a\"\n",
+        );
+        assert!(e.contains("`redis.tls`") && e.contains("rediss://"), "{e}");
+        // one scheme for every URL
+        let e = err("[redis]\nmode = \"cluster\"\nnodes = [\"rediss://a:1\", \"redis://b:2\"]\n");
+        assert!(
+            e.contains("`redis.nodes`") && e.contains("redis://b:2"),
+            "{e}"
+        );
+        // certificate checks are not switched off
+        let e = err("[redis]\nmode = \"single\"\nurl = \"rediss://h:1/#insecure\"\n");
+        assert!(e.contains("#insecure") && e.contains("ca_file"), "{e}");
+        // the builder gets the same checks, at connect
+        let c = LockConfig::single("redis://h:1").with_tls(TlsConfig::new().with_ca_file("a"));
+        assert!(c.validate().unwrap_err().is_config());
+    }
+
+    #[test]
+    fn debug_shows_tls_paths_and_no_secret() {
+        let c = LockConfig::single("rediss://app:url-secret@h:1")
+            .with_credentials(Some("app".into()), Some("pw-secret".into()))
+            .with_tls(
+                TlsConfig::new()
+                    .with_ca_file("/etc/lock/ca.pem")
+                    .with_client_cert("/etc/lock/client.pem", "/etc/lock/client.key"),
+            );
+        let text = format!("{c:?}");
+        assert!(
+            !text.contains("url-secret") && !text.contains("pw-secret"),
+            "{text}"
+        );
+        for path in [
+            "/etc/lock/ca.pem",
+            "/etc/lock/client.pem",
+            "/etc/lock/client.key",
+        ] {
+            assert!(text.contains(path), "{text}");
+        }
     }
 
     #[test]

@@ -26,6 +26,12 @@ pub enum ErrorKind {
     /// locks need (`NOPERM`): a configuration mistake, not retryable. The message names the
     /// user, never the password.
     Auth,
+    /// A TLS connection could not be set up: the server's certificate is not trusted (another
+    /// CA, a host name it does not name) or has expired, the server refused the client
+    /// certificate, or the server does not speak TLS on that port (or a `redis://` client met
+    /// a TLS-only port). A configuration or certificate mistake, not retryable; the message
+    /// names the server (`host:port`) and what to check.
+    Tls,
     /// The configuration is malformed: the message names the file, the field and what was
     /// expected.
     Config,
@@ -56,6 +62,7 @@ impl ErrorKind {
             ErrorKind::ReplicaSync => "replica sync failed",
             ErrorKind::Backend => "backend error",
             ErrorKind::Auth => "authentication failed",
+            ErrorKind::Tls => "TLS failed",
             ErrorKind::Config => "configuration error",
             ErrorKind::NotInitialized => "not initialized",
             ErrorKind::InvalidKey => "invalid key",
@@ -138,13 +145,23 @@ impl LockError {
         }
     }
 
-    /// A Redis failure; refused credentials or permissions are [`ErrorKind::Auth`].
+    /// A Redis failure; refused credentials or permissions are [`ErrorKind::Auth`], a failed
+    /// TLS handshake [`ErrorKind::Tls`].
     pub(crate) fn backend(context: &str, err: redis::RedisError) -> Self {
+        if let Some(what) = crate::backend::tls_failure(&err) {
+            return LockError::new(ErrorKind::Tls, format!("{context}: {what}")).with_source(err);
+        }
+        // a command or key refused inside a script comes without a NOPERM code on Redis 7.0
         let auth = err.kind() == redis::ErrorKind::AuthenticationFailed
             || matches!(err.code(), Some("WRONGPASS" | "NOAUTH" | "NOPERM"))
-            || ["WRONGPASS", "NOAUTH", "NOPERM"]
-                .iter()
-                .any(|code| err.to_string().contains(code));
+            || [
+                "WRONGPASS",
+                "NOAUTH",
+                "NOPERM",
+                "The user executing the script can't",
+            ]
+            .iter()
+            .any(|code| err.to_string().contains(code));
         let kind = if auth {
             ErrorKind::Auth
         } else {
@@ -217,6 +234,11 @@ impl LockError {
     /// `true` for configuration errors.
     pub fn is_config(&self) -> bool {
         self.kind() == ErrorKind::Config
+    }
+
+    /// `true` when a TLS connection could not be set up (see [`ErrorKind::Tls`]).
+    pub fn is_tls(&self) -> bool {
+        self.kind() == ErrorKind::Tls
     }
 
     /// `true` when trying the same operation again later may succeed (timeouts, lost locks,

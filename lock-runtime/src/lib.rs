@@ -128,6 +128,7 @@
 //! | `macros` | yes | the `#[distributed_lock]` attribute |
 //! | `tower` | no | `middleware::tower`: a lock-owner scope per request for axum / tower, request ids, `IntoResponse` for [`LockError`] |
 //! | `actix-web` | no | `middleware::actix`: the same for actix-web, `ResponseError` for [`LockError`] |
+//! | `tls` | no | `rediss://` URLs with a custom CA and client certificates (mutual TLS), through rustls (no OpenSSL); see [`TlsConfig`] and [`config`](config#tls) |
 //!
 //! # Topologies
 //!
@@ -175,7 +176,7 @@ mod registry;
 mod scripts;
 mod service;
 
-pub use config::{DefaultWait, LockConfig, Topology};
+pub use config::{DefaultWait, LockConfig, TlsConfig, Topology};
 pub use context::{Held, current_fence, current_lock_key};
 pub use error::{ErrorKind, LockError};
 pub use inspect::{HoldMode, Holder, LockKind};

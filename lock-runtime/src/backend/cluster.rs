@@ -7,6 +7,7 @@ use redis::cluster_async::ClusterConnection;
 use redis::{ProtocolVersion, PushInfo};
 use tokio::sync::mpsc::UnboundedSender;
 
+use super::probe;
 use super::single::redacted;
 use crate::config::LockConfig;
 use crate::error::{ErrorKind, LockError};
@@ -47,6 +48,18 @@ impl Cluster {
             }
             b
         };
+        // rediss:// seeds make the client use TLS for every node; these are the files
+        #[cfg(feature = "tls")]
+        let builder = {
+            let certificates = config
+                .uses_tls()
+                .then(|| super::tls::certificates(config))
+                .transpose()?;
+            move |retries: u32| match certificates.clone() {
+                Some(certificates) => builder(retries).certs(certificates),
+                None => builder(retries),
+            }
+        };
         let invalid = |e: redis::RedisError| {
             LockError::config(format!(
                 "{}: invalid `redis.nodes` ({}): {e}",
@@ -75,9 +88,21 @@ impl Cluster {
                 synced,
             })
         };
-        match tokio::time::timeout(config.connect_timeout(), connect).await {
+        let seeds = nodes
+            .iter()
+            .map(|n| redacted(n))
+            .collect::<Vec<_>>()
+            .join(", ");
+        let connect = tokio::time::timeout(config.connect_timeout(), connect);
+        match probe::unless_plaintext(nodes, connect).await? {
             Ok(Ok(cluster)) => Ok(cluster),
-            Ok(Err(e)) => Err(LockError::backend("cannot connect to the redis cluster", e)),
+            Ok(Err(e)) => match probe::wrong_scheme_after(nodes, &e).await {
+                Some(wrong_scheme) => Err(wrong_scheme),
+                None => Err(LockError::backend(
+                    &format!("cannot connect to the redis cluster (seeds {seeds})"),
+                    e,
+                )),
+            },
             Err(_) => Err(LockError::new(
                 ErrorKind::Backend,
                 format!(

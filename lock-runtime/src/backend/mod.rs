@@ -11,10 +11,13 @@
 //! reconnect logic can otherwise make a call wait out a whole retry budget.
 
 mod cluster;
+mod probe;
 mod sentinel;
 mod single;
+mod tls;
 
 pub(crate) use single::redacted;
+pub(crate) use tls::tls_failure;
 
 use std::future::Future;
 use std::time::Duration;

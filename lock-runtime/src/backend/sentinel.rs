@@ -13,12 +13,13 @@ use std::ops::Deref;
 use std::sync::{Arc, Mutex, RwLock, Weak};
 use std::time::Duration;
 
-use redis::PushInfo;
 use redis::aio::{ConnectionManager, ConnectionManagerConfig};
+use redis::{IntoConnectionInfo, PushInfo};
 use tokio::sync::Notify;
 use tokio::sync::mpsc::UnboundedSender;
 
-use super::single::{Single, redacted};
+use super::probe;
+use super::single::{Single, open, redacted};
 use crate::config::LockConfig;
 use crate::error::{ErrorKind, LockError};
 
@@ -62,7 +63,7 @@ impl Sentinel {
         let query_timeout = config.response_timeout().min(Duration::from_millis(500));
         let mut sentinels = Vec::new();
         for url in urls {
-            let client = redis::Client::open(url.as_str()).map_err(|e| {
+            let info = url.as_str().into_connection_info().map_err(|e| {
                 LockError::config(format!(
                     "{}: invalid sentinel URL {}: {e}",
                     config.origin(),
@@ -70,6 +71,7 @@ impl Sentinel {
                 ))
                 .with_source(e)
             })?;
+            let client = open(url, info, config)?;
             let manager = ConnectionManagerConfig::new()
                 .set_connection_timeout(Some(query_timeout))
                 .set_response_timeout(Some(query_timeout))
@@ -79,7 +81,15 @@ impl Sentinel {
             sentinels.push((redacted(url), con));
         }
         let first = async {
-            let addr = resolve(&sentinels, master_name, query_timeout).await?;
+            let addr = match resolve(&sentinels, master_name, query_timeout).await {
+                Ok(addr) => addr,
+                // no sentinel named a master: perhaps they speak another scheme than their
+                // URLs say
+                Err(e) if e.kind() == ErrorKind::Backend => {
+                    return Err(probe::mismatched_scheme(urls).await.unwrap_or(e));
+                }
+                Err(e) => return Err(e),
+            };
             Master::connect(addr, config, push.clone()).await
         };
         let master = match tokio::time::timeout(config.connect_timeout(), first).await {
@@ -150,7 +160,9 @@ impl Master {
         config: &LockConfig,
         push: UnboundedSender<PushInfo>,
     ) -> Result<Master, LockError> {
-        let url = format!("redis://{addr}");
+        // the sentinels name host:port; TLS to them means TLS to the data nodes too
+        let scheme = if config.uses_tls() { "rediss" } else { "redis" };
+        let url = format!("{scheme}://{addr}");
         let single = Single::connect(&url, config, push, config.sync_replicas() > 0).await?;
         single.ensure_master(&url).await?;
         Ok(Master { addr, single })
@@ -229,22 +241,37 @@ async fn resolve(
     query_timeout: Duration,
 ) -> Result<String, LockError> {
     let mut asks = tokio::task::JoinSet::new();
-    for (_, con) in sentinels {
-        let (mut con, name) = (con.clone(), master_name.to_owned());
+    for (url, con) in sentinels {
+        let (mut con, name, url) = (con.clone(), master_name.to_owned(), url.clone());
         asks.spawn(async move {
             let mut cmd = redis::cmd("SENTINEL");
             cmd.arg("GET-MASTER-ADDR-BY-NAME").arg(name);
             let ask = cmd.query_async::<Option<(String, u16)>>(&mut con);
             match tokio::time::timeout(query_timeout, ask).await {
-                Ok(Ok(Some((host, port)))) => Some(format!("{host}:{port}")),
-                _ => None,
+                Ok(Ok(Some((host, port)))) => Ok(format!("{host}:{port}")),
+                Ok(Err(e)) => Err(Some((url, e))),
+                _ => Err(None),
             }
         });
     }
     let answers = asks.join_all().await;
     let mut votes: HashMap<String, usize> = HashMap::new();
-    for addr in answers.into_iter().flatten() {
-        *votes.entry(addr).or_default() += 1;
+    let mut failures = Vec::new();
+    for answer in answers {
+        match answer {
+            Ok(addr) => *votes.entry(addr).or_default() += 1,
+            Err(failure) => failures.extend(failure),
+        }
+    }
+    // a certificate or credential mistake says more than "no sentinel knows"
+    let mistake = failures.into_iter().find_map(|(url, e)| {
+        let error = LockError::backend(&format!("cannot ask sentinel {url}"), e);
+        matches!(error.kind(), ErrorKind::Tls | ErrorKind::Auth).then_some(error)
+    });
+    if votes.is_empty()
+        && let Some(mistake) = mistake
+    {
+        return Err(mistake);
     }
     votes
         .into_iter()

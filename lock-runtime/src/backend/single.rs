@@ -5,6 +5,7 @@ use redis::aio::{ConnectionManager, ConnectionManagerConfig};
 use redis::{IntoConnectionInfo, ProtocolVersion, PushInfo};
 use tokio::sync::mpsc::UnboundedSender;
 
+use super::probe;
 use crate::config::LockConfig;
 use crate::error::{ErrorKind, LockError};
 
@@ -46,12 +47,16 @@ impl Single {
                 synced,
             })
         };
-        match tokio::time::timeout(config.connect_timeout(), connect).await {
+        let connect = tokio::time::timeout(config.connect_timeout(), connect);
+        match probe::unless_plaintext(&[url], connect).await? {
             Ok(Ok(single)) => Ok(single),
-            Ok(Err(e)) => Err(LockError::backend(
-                &format!("cannot connect to {}", redacted(url)),
-                e,
-            )),
+            Ok(Err(e)) => match probe::wrong_scheme_after(&[url], &e).await {
+                Some(wrong_scheme) => Err(wrong_scheme),
+                None => Err(LockError::backend(
+                    &format!("cannot connect to {}", redacted(url)),
+                    e,
+                )),
+            },
             Err(_) => Err(LockError::new(
                 ErrorKind::Backend,
                 format!(
@@ -111,17 +116,11 @@ fn manager_config(config: &LockConfig) -> ConnectionManagerConfig {
         .set_number_of_retries(6)
 }
 
-/// A RESP3 client for `url` with the configured credentials.
+/// A RESP3 client for `url` with the configured credentials (and TLS files, for `rediss://`).
 pub(super) fn client(url: &str, config: &LockConfig) -> Result<redis::Client, LockError> {
-    let invalid = |e: redis::RedisError| {
-        LockError::config(format!(
-            "{}: invalid redis URL {}: {e}",
-            config.origin(),
-            redacted(url)
-        ))
-        .with_source(e)
-    };
-    let info = url.into_connection_info().map_err(invalid)?;
+    let info = url
+        .into_connection_info()
+        .map_err(|e| invalid_url(url, config, e))?;
     let mut settings = info
         .redis_settings()
         .clone()
@@ -132,7 +131,32 @@ pub(super) fn client(url: &str, config: &LockConfig) -> Result<redis::Client, Lo
     if let Some(password) = config.password() {
         settings = settings.set_password(password);
     }
-    redis::Client::open(info.set_redis_settings(settings)).map_err(invalid)
+    open(url, info.set_redis_settings(settings), config)
+}
+
+/// A client for `info` as it is (the sentinels: no credentials), with the TLS files for
+/// `rediss://`.
+pub(super) fn open(
+    url: &str,
+    info: redis::ConnectionInfo,
+    config: &LockConfig,
+) -> Result<redis::Client, LockError> {
+    #[cfg(feature = "tls")]
+    if matches!(info.addr(), redis::ConnectionAddr::TcpTls { .. }) {
+        let certificates = super::tls::certificates(config)?;
+        return redis::Client::build_with_tls(info, certificates)
+            .map_err(|e| invalid_url(url, config, e));
+    }
+    redis::Client::open(info).map_err(|e| invalid_url(url, config, e))
+}
+
+fn invalid_url(url: &str, config: &LockConfig, e: redis::RedisError) -> LockError {
+    LockError::config(format!(
+        "{}: invalid redis URL {}: {e}",
+        config.origin(),
+        redacted(url)
+    ))
+    .with_source(e)
 }
 
 /// The URL without a password, for messages.

@@ -59,7 +59,7 @@ impl Mapping {
                 "lock_lost",
                 format!("lock `{key}` was lost before the operation finished; try again"),
             ),
-            // NotInitialized, Config, Auth and the rest are mistakes to fix, not to retry: 500
+            // NotInitialized, Config, Auth, Tls and the rest are mistakes to fix, not to retry: 500
             ErrorKind::Backend | ErrorKind::ReplicaSync => (
                 503,
                 "lock_unavailable",
@@ -160,6 +160,7 @@ mod tests {
             ErrorKind::Config,
             ErrorKind::NotInitialized,
             ErrorKind::Auth,
+            ErrorKind::Tls,
             ErrorKind::InvalidKey,
             ErrorKind::InvalidArgument,
             ErrorKind::WouldDeadlock,

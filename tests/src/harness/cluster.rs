@@ -18,6 +18,7 @@ use std::collections::{HashMap, HashSet};
 use std::fs;
 use std::path::Path;
 use std::process::{Command, Stdio};
+use std::sync::Arc;
 use std::thread;
 use std::time::{Duration, Instant};
 
@@ -27,6 +28,7 @@ use super::Topology;
 use super::node::{Node, NodeKind};
 use super::process::{self, Program};
 use super::proxy::Proxy;
+use super::tls::Pki;
 use super::util;
 
 /// Number of hash slots in a Redis Cluster.
@@ -225,6 +227,7 @@ pub(crate) fn start(
     replicas_per_master: usize,
     node_timeout_ms: u64,
     proxied: Option<&Handle>,
+    tls: Option<&Arc<Pki>>,
     timeout: Duration,
 ) -> Started {
     assert!(
@@ -241,6 +244,7 @@ pub(crate) fn start(
                 NodeKind::Server,
                 Some(node_timeout_ms),
                 String::new(),
+                tls.cloned(),
             )
         })
         .collect();
@@ -253,7 +257,7 @@ pub(crate) fn start(
         None => Vec::new(),
     };
     let announced = announced(&proxies);
-    create(root, &all, replicas_per_master, timeout);
+    create(root, &all, replicas_per_master, tls, timeout);
     let replicas = masters * replicas_per_master;
     let ready = util::poll_until(timeout, || {
         all.iter()
@@ -319,7 +323,13 @@ fn served_key(master: &Entry) -> Option<String> {
 }
 
 /// Runs `redis-cli --cluster create` with a deadline, its output going to `root/cluster-create`.
-fn create(root: &Path, nodes: &[Node], replicas_per_master: usize, timeout: Duration) {
+fn create(
+    root: &Path,
+    nodes: &[Node],
+    replicas_per_master: usize,
+    tls: Option<&Arc<Pki>>,
+    timeout: Duration,
+) {
     let out_path = root.join("cluster-create");
     let out = fs::File::create(&out_path)
         .unwrap_or_else(|e| panic!("cannot create {}: {e}", out_path.display()));
@@ -332,6 +342,7 @@ fn create(root: &Path, nodes: &[Node], replicas_per_master: usize, timeout: Dura
         .arg("--cluster-replicas")
         .arg(replicas_per_master.to_string())
         .arg("--cluster-yes")
+        .args(tls.map(|pki| pki.cli_args()).unwrap_or_default())
         .stdin(Stdio::null())
         .stdout(out)
         .stderr(err);

@@ -10,6 +10,9 @@
 //! through [`shared`], with [`unique_key`] keeping their keys apart. Tests that kill, restart or
 //! fail over nodes start a topology of their own.
 //!
+//! [`Topology::start_tls`] starts a topology that speaks TLS only (mutual TLS with the
+//! certificates of a [`Pki`] made at run time; no plaintext port).
+//!
 //! A [`Proxy`] in front of a node ([`Topology::addr_of`]) injects network faults between a
 //! client and that node: latency, a lost reply on a reset connection, a partition, resets.
 //! A proxied cluster ([`Spec::proxied_cluster`]) has one in front of every node, announced by
@@ -45,11 +48,13 @@ mod replication;
 mod roles;
 mod sentinel;
 mod shared;
+mod tls;
 mod topology;
 mod util;
 
 pub use proxy::{Faults, Proxy};
 pub use shared::{Kind, shared, unique_key};
+pub use tls::{Pki, Validity};
 pub use topology::Topology;
 
 /// Starts `cmd` as a child process that the kernel SIGKILLs when this process exits, however it

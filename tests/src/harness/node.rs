@@ -4,11 +4,13 @@ use std::fmt::Write as _;
 use std::fs;
 use std::path::{Path, PathBuf};
 use std::process::Child;
+use std::sync::Arc;
 use std::thread;
 use std::time::{Duration, Instant};
 
 use super::ports;
 use super::process::{self, Program};
+use super::tls::Pki;
 use super::util;
 
 /// How long one readiness probe waits for `INFO server`: whatever holds the port may accept
@@ -39,6 +41,8 @@ pub(crate) struct Node {
     cluster_node_timeout_ms: Option<u64>,
     /// Config lines appended after the common ones (sentinel `monitor` lines and the like).
     extra_conf: String,
+    /// The certificates of a TLS-only node (`port 0`, `tls-port`).
+    tls: Option<Arc<Pki>>,
     dir: PathBuf,
     conf: PathBuf,
     child: Option<Child>,
@@ -55,6 +59,7 @@ impl Node {
         kind: NodeKind,
         cluster_node_timeout_ms: Option<u64>,
         extra_conf: String,
+        tls: Option<Arc<Pki>>,
     ) -> Node {
         let dir = root.join(name);
         fs::create_dir_all(&dir).unwrap_or_else(|e| panic!("cannot create {}: {e}", dir.display()));
@@ -69,6 +74,7 @@ impl Node {
             bus_port: None,
             cluster_node_timeout_ms,
             extra_conf,
+            tls,
             dir,
             conf,
             child: None,
@@ -82,6 +88,9 @@ impl Node {
         self.release_ports();
         self.port = ports::pick();
         self.bus_port = self.cluster_node_timeout_ms.map(|_| ports::pick());
+        if let Some(pki) = &self.tls {
+            util::register_tls(self.port, Arc::clone(pki));
+        }
         self.write_conf();
         self.spawn();
     }
@@ -93,15 +102,20 @@ impl Node {
         {
             if port != 0 {
                 ports::release(port);
+                util::unregister_tls(port);
             }
         }
     }
 
     fn write_conf(&self) {
         let dir = self.dir.display();
-        let mut conf = format!(
-            "port {}\nbind 127.0.0.1\ndaemonize no\ndir \"{dir}\"\nlogfile \"{dir}/log\"\n",
-            self.port
+        let mut conf = match &self.tls {
+            Some(pki) => pki.server_conf(self.port, self.cluster_node_timeout_ms.is_some()),
+            None => format!("port {}\n", self.port),
+        };
+        let _ = write!(
+            conf,
+            "bind 127.0.0.1\ndaemonize no\ndir \"{dir}\"\nlogfile \"{dir}/log\"\n"
         );
         if self.kind == NodeKind::Server {
             conf.push_str(

@@ -2,14 +2,21 @@
 //! costs up to a second before the first sync attempt).
 
 use std::path::Path;
+use std::sync::Arc;
 use std::time::Duration;
 
 use super::node::{Node, NodeKind};
+use super::tls::Pki;
 use super::util;
 
 /// Starts a master (`server-0`) and `replicas` replicas (`server-1..`), and waits until every
 /// replica reports `master_link_status:up`. The master is element 0.
-pub(crate) fn start(root: &Path, replicas: usize, timeout: Duration) -> Vec<Node> {
+pub(crate) fn start(
+    root: &Path,
+    replicas: usize,
+    tls: Option<&Arc<Pki>>,
+    timeout: Duration,
+) -> Vec<Node> {
     let mut nodes: Vec<Node> = (0..=replicas)
         .map(|i| {
             Node::launch(
@@ -18,6 +25,7 @@ pub(crate) fn start(root: &Path, replicas: usize, timeout: Duration) -> Vec<Node
                 NodeKind::Server,
                 None,
                 String::new(),
+                tls.cloned(),
             )
         })
         .collect();

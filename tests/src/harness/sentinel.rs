@@ -2,9 +2,11 @@
 
 use std::collections::HashMap;
 use std::path::Path;
+use std::sync::Arc;
 use std::time::Duration;
 
 use super::node::{Node, NodeKind};
+use super::tls::Pki;
 use super::util;
 
 /// The name every harness sentinel monitors the master under.
@@ -22,6 +24,7 @@ pub(crate) fn start(
     replicas: usize,
     count: usize,
     down_after_ms: u64,
+    tls: Option<&Arc<Pki>>,
     timeout: Duration,
 ) -> Vec<Node> {
     let quorum = count / 2 + 1;
@@ -34,7 +37,14 @@ pub(crate) fn start(
     let mut nodes: Vec<Node> = (0..count)
         .map(|i| {
             let name = format!("sentinel-{i}");
-            Node::launch(root, &name, NodeKind::Sentinel, None, conf.clone())
+            Node::launch(
+                root,
+                &name,
+                NodeKind::Sentinel,
+                None,
+                conf.clone(),
+                tls.cloned(),
+            )
         })
         .collect();
     for node in &mut nodes {

@@ -9,6 +9,7 @@ use tempfile::TempDir;
 
 use super::node::{Node, NodeKind};
 use super::proxy::Proxy;
+use super::tls::Pki;
 use super::{Spec, cluster, replication, sentinel, shared, util};
 
 /// Running Redis processes started from a [`Spec`]. Dropping it SIGKILLs and reaps every process
@@ -26,6 +27,8 @@ pub struct Topology {
 #[derive(Debug)]
 pub(super) struct Inner {
     pub(super) spec: Spec,
+    /// The certificates of a TLS topology.
+    tls: Option<Arc<Pki>>,
     master: u16,
     replicas: Vec<u16>,
     servers: Vec<u16>,
@@ -80,18 +83,36 @@ impl Topology {
     /// As [`Topology::start`]; for a proxied cluster also outside a tokio runtime (the proxies
     /// need one; call it from `spawn_blocking` or a thread that entered the runtime).
     pub fn start_blocking(spec: Spec) -> Topology {
+        Topology::start_blocking_with(spec, None)
+    }
+
+    /// [`Topology::start`] with every process speaking TLS only: `port 0` and `tls-port`, the
+    /// certificates of `pki`, clients must present a certificate of its CA (`tls-auth-clients
+    /// yes`), and the servers talk TLS to each other (`tls-replication yes`, `tls-cluster yes`;
+    /// sentinels too). URLs ([`Topology::url`] and the like) are `rediss://`, and the harness's
+    /// own connections ([`Topology::conn`]) use the client certificate of `pki`.
+    ///
+    /// # Panics
+    ///
+    /// As [`Topology::start`]; for a proxied cluster (not supported with TLS).
+    pub async fn start_tls(spec: Spec, pki: Arc<Pki>) -> Topology {
+        blocking(move || Topology::start_blocking_with(spec, Some(pki))).await
+    }
+
+    fn start_blocking_with(spec: Spec, tls: Option<Arc<Pki>>) -> Topology {
         let dir = shared::temp_root();
+        let tls_ref = tls.as_ref();
         let root = dir.path().to_path_buf();
         let timeout = util::ready_timeout();
         let mut proxies = Vec::new();
         let (servers, sentinels, master, replicas) = match spec {
             Spec::Single => {
-                let nodes = replication::start(&root, 0, timeout);
+                let nodes = replication::start(&root, 0, tls_ref, timeout);
                 let master = nodes[0].port;
                 (nodes, Vec::new(), master, Vec::new())
             }
             Spec::MasterReplicas { replicas } => {
-                let nodes = replication::start(&root, replicas, timeout);
+                let nodes = replication::start(&root, replicas, tls_ref, timeout);
                 let ports = nodes[1..].iter().map(|n| n.port).collect();
                 let master = nodes[0].port;
                 (nodes, Vec::new(), master, ports)
@@ -105,11 +126,18 @@ impl Topology {
                     sentinels > 0,
                     "a sentinel topology needs at least one sentinel"
                 );
-                let nodes = replication::start(&root, replicas, timeout);
+                let nodes = replication::start(&root, replicas, tls_ref, timeout);
                 let ports = nodes[1..].iter().map(|n| n.port).collect();
                 let master = nodes[0].port;
-                let watchers =
-                    sentinel::start(&root, master, replicas, sentinels, down_after_ms, timeout);
+                let watchers = sentinel::start(
+                    &root,
+                    master,
+                    replicas,
+                    sentinels,
+                    down_after_ms,
+                    tls_ref,
+                    timeout,
+                );
                 (nodes, watchers, master, ports)
             }
             Spec::Cluster {
@@ -118,6 +146,10 @@ impl Topology {
                 node_timeout_ms,
                 proxied,
             } => {
+                assert!(
+                    !(proxied && tls.is_some()),
+                    "a proxied cluster cannot run with TLS"
+                );
                 let runtime = proxied.then(|| {
                     tokio::runtime::Handle::try_current().unwrap_or_else(|_| {
                         panic!(
@@ -132,6 +164,7 @@ impl Topology {
                     replicas_per_master,
                     node_timeout_ms,
                     runtime.as_ref(),
+                    tls_ref,
                     timeout,
                 );
                 proxies = c.proxies;
@@ -141,6 +174,7 @@ impl Topology {
         Topology {
             inner: Arc::new(Inner {
                 spec,
+                tls,
                 master,
                 replicas,
                 servers: servers.iter().map(|n| n.port).collect(),
@@ -161,6 +195,11 @@ impl Topology {
         self.inner.spec
     }
 
+    /// The certificates of a TLS topology ([`Topology::start_tls`]).
+    pub fn tls(&self) -> Option<&Arc<Pki>> {
+        self.inner.tls.as_ref()
+    }
+
     /// The URL to hand a client: the server (single), the master as started (master-replicas,
     /// sentinel) or the first node (cluster, where any node is a valid seed).
     pub fn url(&self) -> String {
@@ -170,7 +209,8 @@ impl Topology {
         }
     }
 
-    /// `redis://127.0.0.1:PORT` of the master as started (cluster: the first master).
+    /// `redis://127.0.0.1:PORT` (`rediss://` with TLS) of the master as started (cluster: the
+    /// first master).
     pub fn master_url(&self) -> String {
         util::url(self.inner.master)
     }
@@ -269,7 +309,7 @@ impl Topology {
         self.inner.proxies.iter().map(Proxy::url).collect()
     }
 
-    /// `redis://127.0.0.1:PORT`.
+    /// `redis://127.0.0.1:PORT`, or `rediss://` for a node of a TLS topology of this process.
     pub fn url_of(port: u16) -> String {
         util::url(port)
     }

@@ -3,8 +3,11 @@
 
 use std::collections::HashMap;
 use std::env;
+use std::sync::{Arc, Mutex, PoisonError};
 use std::thread;
 use std::time::{Duration, Instant};
+
+use super::tls::{Pki, Validity};
 
 /// How often readiness conditions are polled.
 const POLL_INTERVAL: Duration = Duration::from_millis(5);
@@ -20,15 +23,65 @@ pub(crate) fn ready_timeout() -> Duration {
         .map_or(DEFAULT_READY_TIMEOUT, Duration::from_secs)
 }
 
-/// `redis://127.0.0.1:PORT` for a loopback port.
+/// The certificates of the TLS-only nodes of this process, by port: the harness reaches them
+/// over TLS, and hands out `rediss://` URLs for them.
+static TLS_PORTS: Mutex<Option<HashMap<u16, Arc<Pki>>>> = Mutex::new(None);
+
+/// Marks `port` as a TLS-only node with `pki`'s certificates.
+pub(crate) fn register_tls(port: u16, pki: Arc<Pki>) {
+    TLS_PORTS
+        .lock()
+        .unwrap_or_else(PoisonError::into_inner)
+        .get_or_insert_with(HashMap::new)
+        .insert(port, pki);
+}
+
+/// `port` is no TLS node any more.
+pub(crate) fn unregister_tls(port: u16) {
+    if let Some(ports) = TLS_PORTS
+        .lock()
+        .unwrap_or_else(PoisonError::into_inner)
+        .as_mut()
+    {
+        ports.remove(&port);
+    }
+}
+
+/// The certificates of the node on `port`, if it speaks TLS only.
+pub(crate) fn tls_of(port: u16) -> Option<Arc<Pki>> {
+    TLS_PORTS
+        .lock()
+        .unwrap_or_else(PoisonError::into_inner)
+        .as_ref()
+        .and_then(|ports| ports.get(&port).cloned())
+}
+
+/// `redis://127.0.0.1:PORT` for a loopback port (`rediss://` for a TLS node).
 pub(crate) fn url(port: u16) -> String {
-    format!("redis://127.0.0.1:{port}")
+    match tls_of(port) {
+        Some(_) => format!("rediss://127.0.0.1:{port}"),
+        None => format!("redis://127.0.0.1:{port}"),
+    }
+}
+
+/// A client for the node on `port`: TLS with the client certificate for a TLS node.
+pub(crate) fn client(port: u16) -> redis::RedisResult<redis::Client> {
+    match tls_of(port) {
+        // the readiness checks of a server with an expired certificate (for the tests that
+        // check clients refuse it) must not check it
+        Some(pki) if pki.server_validity() == Validity::Expired => redis::Client::build_with_tls(
+            format!("{}/#insecure", url(port)),
+            pki.redis_certificates(),
+        ),
+        Some(pki) => redis::Client::build_with_tls(url(port), pki.redis_certificates()),
+        None => redis::Client::open(url(port)),
+    }
 }
 
 /// Opens a blocking connection with short connect, read and write timeouts, so that a dead or
 /// stopped node makes a poll fail fast instead of hanging.
 pub(crate) fn connect(port: u16) -> redis::RedisResult<redis::Connection> {
-    let client = redis::Client::open(url(port))?;
+    let client = client(port)?;
     let con = client.get_connection_with_timeout(Duration::from_millis(500))?;
     con.set_read_timeout(Some(Duration::from_secs(2)))?;
     con.set_write_timeout(Some(Duration::from_secs(2)))?;
@@ -48,7 +101,7 @@ pub(crate) fn query<T: redis::FromRedisValue>(
 /// within `within` (a process that took the port and accepts connections without answering,
 /// or a stopped one, must not hold up a readiness poll for long).
 pub(crate) fn process_id(port: u16, within: Duration) -> Option<u32> {
-    let client = redis::Client::open(url(port)).ok()?;
+    let client = client(port).ok()?;
     let mut con = client.get_connection_with_timeout(within).ok()?;
     con.set_read_timeout(Some(within)).ok()?;
     con.set_write_timeout(Some(within)).ok()?;

@@ -43,6 +43,14 @@ impl Fixture {
         }
     }
 
+    /// A fixture on a TLS-only topology of its own ([`Topology::start_tls`]); its
+    /// configurations carry the CA and the client certificate of `pki`.
+    pub async fn own_tls(spec: Spec, pki: lock_tests::harness::Pki) -> Fixture {
+        Fixture {
+            topo: Topo::Owned(Topology::start_tls(spec, std::sync::Arc::new(pki)).await),
+        }
+    }
+
     /// The running topology.
     pub fn topo(&self) -> &Topology {
         match &self.topo {
@@ -77,7 +85,11 @@ impl Fixture {
 
     /// A configuration for this topology with the given watchdog timeout.
     pub fn config(&self, watchdog: Duration) -> LockConfig {
-        LockConfig::new(self.topology()).with_watchdog_timeout(watchdog)
+        let config = LockConfig::new(self.topology()).with_watchdog_timeout(watchdog);
+        match self.topo().tls() {
+            Some(pki) => config.with_tls(pki.lock_tls()),
+            None => config,
+        }
     }
 
     /// The same configuration as a file in `dir`, the way applications configure the mode.
