@@ -182,6 +182,9 @@ async fn lock_family(a: &LockService, b: &LockService) -> Result<(), Trouble> {
             .is_err_and(|e| e.kind() == ErrorKind::Timeout),
         || format!("a write next to reads: {write:?}"),
     )?;
+    // the listing (lockctl) sees the read holds: SCAN
+    let listed = a.list(Some(&rw)).await?;
+    check(listed.len() == 1, || format!("list of {rw}: {listed:?}"))?;
     r1.release().await?;
     r2.release().await?;
     b.write(&rw).await?.release().await?;
