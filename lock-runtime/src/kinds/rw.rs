@@ -27,6 +27,7 @@ static RENEW: LazyLock<Script> =
 pub(crate) static READ: Kind = Kind {
     id: 1,
     noun: "read lock",
+    event_kind: crate::events::LockKind::Read,
     busy: "a writer holds it or waits for it",
     lua: &[
         include_str!("../scripts/rw/state.lua"),
@@ -43,6 +44,7 @@ pub(crate) static READ: Kind = Kind {
 pub(crate) static WRITE: Kind = Kind {
     id: 2,
     noun: "write lock",
+    event_kind: crate::events::LockKind::Write,
     busy: "it is held by readers or another writer",
     lua: &[
         include_str!("../scripts/rw/state.lua"),
@@ -76,6 +78,7 @@ pub struct RwRequest<'a, G> {
     lease: Option<Duration>,
     wait: Option<Duration>,
     owner: Option<OwnerId>,
+    metric_label: &'static str,
     guard: fn(Guard) -> G,
 }
 
@@ -93,6 +96,7 @@ impl<'a> ReadRequest<'a> {
             lease: None,
             wait: None,
             owner: None,
+            metric_label: crate::metrics::OTHER,
             guard: |core| ReadGuard { core },
         }
     }
@@ -107,6 +111,7 @@ impl<'a> WriteRequest<'a> {
             lease: None,
             wait: None,
             owner: None,
+            metric_label: crate::metrics::OTHER,
             guard: |core| WriteGuard { core },
         }
     }
@@ -141,7 +146,8 @@ impl<G: Send + 'static> RwRequest<'_, G> {
 
     fn acquire_core(self) -> impl Future<Output = Result<Guard, LockError>> + Send + 'static {
         let names = names(self.service, &self.key);
-        let acquiring = Acquiring::new(self.service, self.kind, names, self.owner);
+        let acquiring = Acquiring::new(self.service, self.kind, names, self.owner)
+            .with_label(self.metric_label);
         // read -> write: the owner's own read share would keep its write waiting forever
         let upgrade = self.kind == &WRITE
             && acquiring.owner().is_some_and(|owner| {
