@@ -71,6 +71,7 @@ fn with_error(item: TokenStream, error: Error) -> TokenStream {
 //             lease: ::core::option::Option::Some(krate::__private::Duration::from_millis(5000u64)),
 //             wait: krate::__private::Wait::For(krate::__private::Duration::from_millis(2000u64)),
 //             on_lost: krate::__private::OnLost::Fail,
+//             metric_label: "goods:<id>",                              // the key as written
 //         };
 //         krate::__private::run_locked(__lock_spec, async move {        // span: `AppError`
 //             #[allow(unreachable_code, ..)]
@@ -253,6 +254,7 @@ fn expand(args: TokenStream, function: &ItemFn) -> syn::Result<TokenStream> {
             lease: #lease,
             wait: #wait,
             on_lost: #on_lost,
+            metric_label: #key_lit,
         };
         #run
     };

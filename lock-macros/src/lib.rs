@@ -139,7 +139,7 @@ use proc_macro::TokenStream;
 ///
 /// ```ignore
 /// let __lock_key = ::std::format!("goods:{}", ToString::to_string(__private::key_part(&id)));
-/// let __lock_spec = __private::LockSpec { key: __lock_key, .. };
+/// let __lock_spec = __private::LockSpec { key: __lock_key, metric_label: "goods:<id>", .. };
 /// __private::run_locked(__lock_spec, async move { /* body */ }).await
 /// ```
 ///

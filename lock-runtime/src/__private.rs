@@ -32,6 +32,9 @@ pub struct LockSpec {
     pub lease: Option<Duration>,
     pub wait: Wait,
     pub on_lost: OnLost,
+    /// The key template as written (`"goods:<id>"`): the lock's bounded name in metrics and
+    /// events.
+    pub metric_label: &'static str,
 }
 
 /// Acquires through the global registry, runs `body` as the locked body of this call chain (lock
@@ -51,7 +54,10 @@ where
             DefaultWait::Forever => None,
         },
     };
-    let mut request = service.lock(spec.key).wait_at_most(wait);
+    let mut request = service
+        .lock(spec.key)
+        .wait_at_most(wait)
+        .metric_label(spec.metric_label);
     if let Some(lease) = spec.lease {
         request = request.lease(lease);
     }
