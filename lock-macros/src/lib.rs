@@ -111,6 +111,9 @@ use proc_macro::TokenStream;
 /// such as `"{order}:<id>"` is kept. The key is built before the body runs, from borrows of
 /// the arguments.
 ///
+/// The template as written (`goods:<id>`) names the lock in metrics and events (the `key`
+/// label of `lock_runtime::metrics`): one time series per annotated fn, never one per goods.
+///
 /// # Requirements
 ///
 /// - An `async fn` with a body: a free fn, a method with any receiver, generic, with
