@@ -35,7 +35,7 @@ impl Held {
         &self.key
     }
 
-    /// The fencing token of the hold (see [`LockGuard::fence`]).
+    /// The fencing token of the hold (see [`LockGuard::fence`](crate::LockGuard::fence)).
     pub fn fence(&self) -> u64 {
         self.fence
     }

@@ -124,7 +124,7 @@
 //! | `macros` | yes | the `#[distributed_lock]` attribute |
 //! | `tower` | no | `middleware::tower`: a lock-owner scope per request for axum / tower, request ids, `IntoResponse` for [`LockError`] |
 //! | `actix-web` | no | `middleware::actix`: the same for actix-web, `ResponseError` for [`LockError`] |
-//! | `metrics` | no | acquire, wait and hold times, grants, timeouts, losses, renewals, waiters and Redis calls through the [`metrics`](https://docs.rs/metrics/0.24) facade: see [`metrics`](crate::metrics) for the names; the application installs the recorder |
+//! | `metrics` | no | acquire, wait and hold times, grants, timeouts, losses, renewals, waiters and Redis calls through the [`metrics`](https://docs.rs/metrics/0.24) facade: see [`metrics`] for the names; the application installs the recorder |
 //!
 //! # Observing the locks
 //!

@@ -6,7 +6,7 @@
 //! metrics below show up in it. Without the feature nothing is recorded and no `metrics` crate
 //! is compiled; with it and no recorder installed, each recording is a call into the facade's
 //! no-op recorder (tens of nanoseconds; a lock operation records a handful). Call
-//! [`describe`] once after installing a recorder to give the metrics their help texts and
+//! `describe()` once after installing a recorder to give the metrics their help texts and
 //! units.
 //!
 //! ```no_run
@@ -42,10 +42,10 @@
 //!
 //! | label | values |
 //! |---|---|
-//! | `kind` | `lock` (also each key of `lock_all`), `read`, `write`, `semaphore` ([`LockKind`](crate::LockKind)) |
+//! | `kind` | `lock` (also each key of `lock_all`), `read`, `write`, `semaphore` ([`LockKind`]) |
 //! | `key` | a bounded name for the lock, **never the key itself** (a key per goods or per user would make a time series each): the attribute's key template (`#[distributed_lock(key = "goods:<id>")]` records `goods:<id>`), the [`metric_label`](crate::LockRequest::metric_label) of a programmatic request, else [`OTHER`] |
 //! | `outcome` | `granted`, `timed_out`, `error` |
-//! | `reason` | `lease_ran_out`, `found_gone`, `force_unlocked` ([`LossReason`](crate::LossReason)) |
+//! | `reason` | `lease_ran_out`, `found_gone`, `force_unlocked` ([`LossReason`]) |
 //! | `script` | see `distributed_lock_redis_script_calls_total` |
 //!
 //! Useful ratios: contention is `wait_seconds_count / grants_total`; the share of hand-offs is

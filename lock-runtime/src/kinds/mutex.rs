@@ -125,7 +125,7 @@ impl<'a> LockRequest<'a> {
     /// ```
     ///
     /// # Errors
-    /// The errors of acquiring (see [`LockService::lock`]), and [`ErrorKind::Lost`] when the
+    /// The errors of acquiring (see [`LockService::lock`]), and [`ErrorKind::Lost`](crate::ErrorKind::Lost) when the
     /// lock was lost while the body ran: the body is stopped (dropped) at that moment, as
     /// someone else may hold the lock now.
     ///
