@@ -5,7 +5,9 @@
 //! wants (Prometheus with `metrics-exporter-prometheus`, StatsD, OpenTelemetry, ...) and the
 //! metrics below show up in it. Without the feature nothing is recorded and no `metrics` crate
 //! is compiled; with it and no recorder installed, each recording is a call into the facade's
-//! no-op recorder (tens of nanoseconds; a lock operation records a handful). Call
+//! no-op recorder with static label values, no formatting (about 80 ns measured on a 2-core
+//! machine; an acquire and release record about eight: well under a microsecond next to their
+//! Redis round trips). Call
 //! `describe()` once after installing a recorder to give the metrics their help texts and
 //! units.
 //!
