@@ -509,3 +509,80 @@ async fn a_failed_renewal_is_an_event_and_the_hold_survives_it() {
         0.0
     );
 }
+
+/// What a tracing layer saw: each event's level and fields (`message` among them).
+type Logged = Arc<std::sync::Mutex<Vec<(tracing::Level, BTreeMap<String, String>)>>>;
+
+struct EventLog(Logged);
+
+struct Fields<'a>(&'a mut BTreeMap<String, String>);
+
+impl tracing::field::Visit for Fields<'_> {
+    fn record_str(&mut self, field: &tracing::field::Field, value: &str) {
+        self.0.insert(field.name().to_owned(), value.to_owned());
+    }
+
+    fn record_debug(&mut self, field: &tracing::field::Field, value: &dyn std::fmt::Debug) {
+        self.0.insert(field.name().to_owned(), format!("{value:?}"));
+    }
+}
+
+impl<S: tracing::Subscriber> tracing_subscriber::Layer<S> for EventLog {
+    fn on_event(&self, event: &tracing::Event<'_>, _: tracing_subscriber::layer::Context<'_, S>) {
+        let mut fields = BTreeMap::new();
+        event.record(&mut Fields(&mut fields));
+        let level = *event.metadata().level();
+        self.0.lock().unwrap().push((level, fields));
+    }
+}
+
+/// With `tracing`, a grant is a `DEBUG` event (with its token), a lease that runs out while
+/// held an `ERROR`, and a force-unlock here a `WARN` for the loss and one for the unlock.
+#[tokio::test(flavor = "current_thread")]
+async fn grants_and_losses_are_tracing_events_at_their_levels() {
+    use tracing_subscriber::layer::SubscriberExt;
+    let logged = Logged::default();
+    let subscriber = tracing_subscriber::registry().with(EventLog(logged.clone()));
+    let _default = tracing::subscriber::set_default(subscriber);
+    let fx = Fixture::single().await;
+    let locks = fx.service(Duration::from_secs(30)).await;
+    let find = |message: &str, key: Option<&str>| {
+        logged
+            .lock()
+            .unwrap()
+            .iter()
+            .find(|(_, f)| {
+                f.get("message").is_some_and(|m| m == message)
+                    && key.is_none_or(|k| f.get("key").is_some_and(|v| v == k))
+            })
+            .cloned()
+            .unwrap_or_else(|| panic!("no event {message:?} for {key:?}"))
+    };
+
+    let key = unique_key("traced-lease");
+    let guard = locks
+        .lock(&key)
+        .lease(Duration::from_millis(200))
+        .await
+        .unwrap();
+    let (level, fields) = find("lock acquired", None);
+    assert_eq!(level, tracing::Level::DEBUG);
+    assert_eq!(fields["fence"], guard.fence().to_string());
+    assert_eq!(fields["how"], "granted");
+    guard.lost().await;
+    let (level, fields) = find("lock lost while held: its lease ran out", Some(&key));
+    assert_eq!(level, tracing::Level::ERROR);
+    assert_eq!(fields["reason"], "lease_ran_out");
+    assert_eq!(fields["fence"], guard.fence().to_string());
+    drop(guard);
+
+    let key = unique_key("traced-unlock");
+    let guard = locks.lock(&key).await.unwrap();
+    assert!(locks.force_unlock(&key).await.unwrap());
+    let (level, fields) = find("lock lost while held: it was force-unlocked", Some(&key));
+    assert_eq!(level, tracing::Level::WARN);
+    assert_eq!(fields["reason"], "force_unlocked");
+    let (level, _) = find("lock force-unlocked", Some(&key));
+    assert_eq!(level, tracing::Level::WARN);
+    assert!(guard.is_lost());
+}
