@@ -13,6 +13,11 @@
 //! | S3 | contention: 16 workers on one key, critical sections on a shared counter |
 //! | S4 | wake-up latency: time from a release to the blocked waiter's acquire |
 //!
+//! and a fifth, S5, that compares two uses of our lock with each other instead: 16 workers of
+//! 4 services buying one hot item whose stock is under one key or split over 8 segments
+//! (`lock_examples::segmented`); and the lock family's figures (write lock, read-write lock,
+//! multi-key locks, semaphore): S1F, S3W, S3RW, S3M, S3SEM, see [`family`].
+//!
 //! Redis commands per operation come from `INFO commandstats` (commands run inside scripts
 //! included), reset with `CONFIG RESETSTAT` around each measured phase.
 //!
@@ -26,12 +31,14 @@
 
 mod annotated;
 mod ctx;
+mod family;
 mod raw;
 mod report;
 mod s1;
 mod s2;
 mod s3;
 mod s4;
+mod s5;
 
 use std::process::ExitCode;
 use std::time::Instant;
@@ -39,7 +46,7 @@ use std::time::Instant;
 use crate::ctx::{Ctx, Result};
 use crate::report::Scenario;
 
-const USAGE: &str = "usage: lock-bench [--quick] [--only S1,S2,S3,S4]
+const USAGE: &str = "usage: lock-bench [--quick] [--only S1,S2,S3,S4,S5,S1F,S3W,S3RW,S3M,S3SEM]
 
   --quick  short runs (a few seconds), for CI; the numbers are noisier
   --only   run only these scenarios (e.g. while profiling one of them)";
@@ -81,7 +88,11 @@ fn main() -> ExitCode {
         }
     };
     let wanted = |id: &str| only.as_ref().is_none_or(|o| o.iter().any(|s| s == id));
-    let selected: Vec<&'static str> = SCENARIOS.into_iter().filter(|id| wanted(id)).collect();
+    let selected: Vec<&'static str> = SCENARIOS
+        .into_iter()
+        .chain(family::SCENARIOS)
+        .filter(|id| wanted(id))
+        .collect();
     if selected.is_empty() {
         eprintln!("--only names no scenario\n{USAGE}");
         return ExitCode::from(2);
@@ -95,7 +106,7 @@ fn main() -> ExitCode {
     }
 }
 
-const SCENARIOS: [&str; 4] = ["S1", "S2", "S3", "S4"];
+const SCENARIOS: [&str; 5] = ["S1", "S2", "S3", "S4", "S5"];
 
 async fn run(quick: bool, selected: &[&str]) -> Result<()> {
     let started = Instant::now();
@@ -124,7 +135,9 @@ async fn run(quick: bool, selected: &[&str]) -> Result<()> {
             "S1" => s1::run(&ctx).await?,
             "S2" => s2::run(&ctx).await?,
             "S3" => s3::run(&ctx).await?,
-            _ => s4::run(&ctx).await?,
+            "S4" => s4::run(&ctx).await?,
+            id if family::SCENARIOS.contains(&id) => family::run(&ctx, id).await?,
+            _ => s5::run(&ctx).await?,
         };
         scenario.print();
         scenarios.push(scenario);

@@ -13,6 +13,9 @@
 //! process, and runs `loadgen` against them, once on the locked endpoint and once on the
 //! unlocked one.
 //!
+//! [`segmented`] splits a hot item's stock over several counters, each under a lock of its own,
+//! so that several buyers of one item are served at once.
+//!
 //! ```text
 //! cargo run -p lock-examples --bin shop-axum -- --config examples/config/single.toml --listen 127.0.0.1:3000
 //! curl -X PUT -H 'content-type: application/json' -d '{"stock":10}' localhost:3000/goods/1
@@ -27,6 +30,7 @@ pub mod args;
 pub mod axum_shop;
 pub mod loadgen;
 pub mod prometheus;
+pub mod segmented;
 pub mod setup;
 pub mod shop;
 

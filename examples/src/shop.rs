@@ -150,8 +150,14 @@ impl Store {
         self.checkout
     }
 
-    fn key(&self, goods: u64, field: &str) -> String {
+    /// The Redis key of `field` of `goods`: `<namespace>:goods:<goods>:<field>`.
+    pub(crate) fn key(&self, goods: u64, field: &str) -> String {
         format!("{}:goods:{goods}:{field}", self.namespace)
+    }
+
+    /// A handle on the store's Redis connection (shared: clones multiplex on it).
+    pub(crate) fn connection(&self) -> MultiplexedConnection {
+        self.redis.clone()
     }
 
     /// Sets the stock of `goods` and its sold counter to zero.

@@ -8,7 +8,30 @@ use syn::{Error, Expr, ExprLit, Ident, Lit, LitStr, Token};
 use crate::duration::{self, WaitArg};
 
 /// Every argument the attribute accepts, in the order the docs list them.
-const ARGUMENTS: &[&str] = &["key", "lease", "wait", "on_lost", "crate"];
+const ARGUMENTS: &[&str] = &["key", "keys", "kind", "lease", "wait", "on_lost", "crate"];
+
+/// The values of `kind`, as the error for an unknown one lists them.
+const KINDS: &str = "\"lock\", \"read\", \"write\"";
+
+/// Which lock of a single `key` the body runs under.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum KindArg {
+    /// The mutex: `kind = "lock"`, the default.
+    Lock,
+    /// A read (shared) hold of the read-write lock.
+    Read,
+    /// The write (exclusive) hold of the read-write lock.
+    Write,
+}
+
+/// The locks the body runs under.
+pub(crate) enum LocksArg {
+    /// `key = ".."`, with its `kind`. The template is still unparsed: `key.rs` checks it against
+    /// the fn's parameters.
+    One { key: LitStr, kind: KindArg },
+    /// `keys = [..]`: mutexes, all or none; never empty.
+    All(Vec<LitStr>),
+}
 
 /// What happens when the lock is lost while the body runs.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -21,8 +44,7 @@ pub(crate) enum OnLostArg {
 
 /// The parsed arguments of one `#[distributed_lock(..)]`.
 pub(crate) struct LockArgs {
-    /// The key template, still unparsed: `key.rs` checks it against the fn's parameters.
-    pub(crate) key: LitStr,
+    pub(crate) locks: LocksArg,
     /// Fixed lease in milliseconds; `None` means watchdog renewal.
     pub(crate) lease_millis: Option<u64>,
     /// `None` means the config's `default_wait`.
@@ -33,6 +55,14 @@ pub(crate) struct LockArgs {
 }
 
 impl LockArgs {
+    /// The key templates: the one `key`, or each of `keys` in the order given.
+    pub(crate) fn key_literals(&self) -> impl Iterator<Item = &LitStr> {
+        match &self.locks {
+            LocksArg::One { key, .. } => std::slice::from_ref(key).iter(),
+            LocksArg::All(keys) => keys.iter(),
+        }
+    }
+
     /// Parses the attribute's argument tokens; `#[distributed_lock]` itself is the error span
     /// for arguments that are missing.
     pub(crate) fn parse(tokens: TokenStream) -> syn::Result<Self> {
@@ -66,6 +96,8 @@ impl<T> Slot<T> {
 
 fn parse_args(input: ParseStream<'_>) -> syn::Result<LockArgs> {
     let mut key = Slot::new();
+    let mut keys = Slot::new();
+    let mut kind: Slot<(KindArg, LitStr)> = Slot::new();
     let mut lease = Slot::new();
     let mut wait = Slot::new();
     let mut on_lost = Slot::new();
@@ -94,13 +126,33 @@ fn parse_args(input: ParseStream<'_>) -> syn::Result<LockArgs> {
             ));
         }
         input.parse::<Token![=]>()?;
-        let value = parse_string_value(input, &name)?;
-        match name_text.as_str() {
-            "key" => key.set(&name, || Ok(value))?,
-            "lease" => lease.set(&name, || duration::parse_lease(&value))?,
-            "wait" => wait.set(&name, || duration::parse_wait(&value))?,
-            "on_lost" => on_lost.set(&name, || parse_on_lost(&value))?,
-            _ => krate.set(&name, || parse_crate_path(&value))?,
+        // `key` and `keys` exclude each other: the second one given is the mistake.
+        let other = match name_text.as_str() {
+            "key" => keys.value.is_some().then_some("keys"),
+            "keys" => key.value.is_some().then_some("key"),
+            _ => None,
+        };
+        if let Some(other) = other {
+            return Err(Error::new(
+                name.span(),
+                format!(
+                    "`{name}` cannot be combined with `{other}`: give `key = \"..\"` for one \
+                     lock or `keys = [..]` for several, not both"
+                ),
+            ));
+        }
+        if name_text == "keys" {
+            keys.set(&name, || parse_keys(input))?;
+        } else {
+            let value = parse_string_value(input, &name)?;
+            match name_text.as_str() {
+                "key" => key.set(&name, || Ok(value))?,
+                "kind" => kind.set(&name, || Ok((parse_kind(&value)?, value)))?,
+                "lease" => lease.set(&name, || duration::parse_lease(&value))?,
+                "wait" => wait.set(&name, || duration::parse_wait(&value))?,
+                "on_lost" => on_lost.set(&name, || parse_on_lost(&value))?,
+                _ => krate.set(&name, || parse_crate_path(&value))?,
+            }
         }
         if input.is_empty() {
             break;
@@ -108,14 +160,35 @@ fn parse_args(input: ParseStream<'_>) -> syn::Result<LockArgs> {
         input.parse::<Token![,]>()?;
     }
 
-    let Some(key) = key.value else {
-        return Err(Error::new(
-            Span::call_site(),
-            "missing `key` argument, e.g. #[distributed_lock(key = \"order:<id>\")]",
-        ));
+    let locks = match (key.value, keys.value) {
+        (Some(key), _) => LocksArg::One {
+            key,
+            kind: kind.value.map_or(KindArg::Lock, |(kind, _)| kind),
+        },
+        (None, Some(keys)) => match kind.value {
+            Some((KindArg::Read | KindArg::Write, lit)) => {
+                return Err(Error::new(
+                    lit.span(),
+                    format!(
+                        "`kind = \"{}\"` cannot be combined with `keys`: only the mutex locks \
+                         several keys at once; lock one key with `key = \"..\"` to use a {} lock",
+                        lit.value(),
+                        lit.value()
+                    ),
+                ));
+            }
+            _ => LocksArg::All(keys),
+        },
+        (None, None) => {
+            return Err(Error::new(
+                Span::call_site(),
+                "missing `key` argument, e.g. #[distributed_lock(key = \"order:<id>\")], or \
+                 `keys = [..]` for several locks",
+            ));
+        }
     };
     Ok(LockArgs {
-        key,
+        locks,
         lease_millis: lease.value,
         wait: wait.value,
         on_lost: on_lost.value.unwrap_or(OnLostArg::Fail),
@@ -123,6 +196,52 @@ fn parse_args(input: ParseStream<'_>) -> syn::Result<LockArgs> {
             .value
             .unwrap_or_else(|| syn::parse_quote!(::lock_runtime)),
     })
+}
+
+/// `keys = ["..", ".."]`: an array of one or more string literals; anything else is an error
+/// at the value, or at the element that is not a string literal.
+fn parse_keys(input: ParseStream<'_>) -> syn::Result<Vec<LitStr>> {
+    const EXAMPLE: &str = "`keys = [\"account:<from>\", \"account:<to>\"]`";
+    let array = match input.parse::<Expr>()? {
+        Expr::Array(array) => array,
+        Expr::Lit(ExprLit {
+            lit: Lit::Str(lit), ..
+        }) => {
+            return Err(Error::new(
+                lit.span(),
+                format!(
+                    "`keys` takes an array of key templates, e.g. {EXAMPLE}; for one lock write \
+                     `key = \"{}\"`",
+                    lit.value()
+                ),
+            ));
+        }
+        other => {
+            return Err(Error::new_spanned(
+                other,
+                format!("`keys` takes an array of string literals, e.g. {EXAMPLE}"),
+            ));
+        }
+    };
+    if array.elems.is_empty() {
+        return Err(Error::new_spanned(
+            array,
+            format!("`keys` must name at least one key, e.g. {EXAMPLE}"),
+        ));
+    }
+    array
+        .elems
+        .into_iter()
+        .map(|element| match element {
+            Expr::Lit(ExprLit {
+                lit: Lit::Str(lit), ..
+            }) => Ok(lit),
+            other => Err(Error::new_spanned(
+                other,
+                format!("each of `keys` must be a string literal, e.g. {EXAMPLE}"),
+            )),
+        })
+        .collect()
 }
 
 /// Every argument takes a string literal; anything else is an error at the value.
@@ -140,11 +259,24 @@ fn parse_string_value(input: ParseStream<'_>, name: &Ident) -> syn::Result<LitSt
 
 fn example(name: &Ident) -> &'static str {
     match name.to_string().as_str() {
-        "key" => "`key = \"order:<id>\"`",
+        "key" => "`key = \"order:<id>\"` (or `keys = [..]` for several locks)",
+        "kind" => "`kind = \"read\"`",
         "lease" => "`lease = \"5s\"`",
         "wait" => "`wait = \"2s\"` or `wait = \"forever\"`",
         "on_lost" => "`on_lost = \"continue\"`",
         _ => "`crate = \"my_crate::lock_runtime\"`",
+    }
+}
+
+fn parse_kind(lit: &LitStr) -> syn::Result<KindArg> {
+    match lit.value().as_str() {
+        "lock" => Ok(KindArg::Lock),
+        "read" => Ok(KindArg::Read),
+        "write" => Ok(KindArg::Write),
+        other => Err(Error::new(
+            lit.span(),
+            format!("unknown `kind` \"{other}\", expected one of: {KINDS}"),
+        )),
     }
 }
 
@@ -193,7 +325,11 @@ mod tests {
             crate = "my::rt",
         ))
         .unwrap();
-        assert_eq!(args.key.value(), "goods:<id>");
+        let LocksArg::One { key, kind } = &args.locks else {
+            panic!("one key")
+        };
+        assert_eq!(key.value(), "goods:<id>");
+        assert_eq!(*kind, KindArg::Lock);
         assert_eq!(args.lease_millis, Some(5_000));
         assert_eq!(args.wait, Some(WaitArg::Millis(2_000)));
         assert_eq!(args.on_lost, OnLostArg::Continue);
@@ -217,7 +353,8 @@ mod tests {
     fn unknown_and_duplicate_arguments_are_rejected() {
         assert_eq!(
             error(quote!(key = "k", timeout = "5s")),
-            "unknown argument `timeout`, expected one of: key, lease, wait, on_lost, crate"
+            "unknown argument `timeout`, expected one of: key, keys, kind, lease, wait, on_lost, \
+             crate"
         );
         assert_eq!(error(quote!(key = "k", forever)), error(quote!(forever)));
         assert_eq!(
@@ -238,6 +375,65 @@ mod tests {
     fn missing_key_is_rejected() {
         assert!(error(quote!()).starts_with("missing `key` argument"));
         assert!(error(quote!(lease = "5s")).starts_with("missing `key` argument"));
+    }
+
+    fn kind(tokens: TokenStream) -> Option<KindArg> {
+        match LockArgs::parse(tokens).unwrap().locks {
+            LocksArg::One { kind, .. } => Some(kind),
+            LocksArg::All(_) => None,
+        }
+    }
+
+    fn keys(tokens: TokenStream) -> Vec<String> {
+        match LockArgs::parse(tokens).unwrap().locks {
+            LocksArg::One { .. } => panic!("one key"),
+            LocksArg::All(keys) => keys.iter().map(LitStr::value).collect(),
+        }
+    }
+
+    #[test]
+    fn kind_names_the_lock_of_one_key() {
+        assert_eq!(kind(quote!(key = "k")), Some(KindArg::Lock));
+        assert_eq!(kind(quote!(key = "k", kind = "lock")), Some(KindArg::Lock));
+        assert_eq!(kind(quote!(kind = "read", key = "k")), Some(KindArg::Read));
+        assert_eq!(kind(quote!("k", kind = "write")), Some(KindArg::Write));
+        assert_eq!(
+            error(quote!(key = "k", kind = "mutex")),
+            "unknown `kind` \"mutex\", expected one of: \"lock\", \"read\", \"write\""
+        );
+        assert_eq!(
+            error(quote!(key = "k", kind = "read", kind = "write")),
+            "`kind` set multiple times"
+        );
+        assert!(error(quote!(key = "k", kind = read)).contains("`kind` takes a string literal"));
+    }
+
+    #[test]
+    fn keys_take_an_array_of_templates_instead_of_key() {
+        assert_eq!(keys(quote!(keys = ["a:<x>", "b"])), ["a:<x>", "b"]);
+        assert_eq!(keys(quote!(keys = ["a",], kind = "lock")), ["a"]);
+        let both = "cannot be combined with";
+        assert!(
+            error(quote!(key = "a", keys = ["b"])).starts_with(&format!("`keys` {both} `key`"))
+        );
+        assert!(
+            error(quote!(keys = ["b"], key = "a")).starts_with(&format!("`key` {both} `keys`"))
+        );
+        assert!(error(quote!("a", keys = ["b"])).starts_with(&format!("`keys` {both} `key`")));
+        assert!(
+            error(quote!(kind = "read", keys = ["a"]))
+                .starts_with(&format!("`kind = \"read\"` {both} `keys`"))
+        );
+        assert!(error(quote!(keys = ["a"], kind = "write")).contains("only the mutex"));
+        assert!(error(quote!(keys = [])).starts_with("`keys` must name at least one key"));
+        assert!(error(quote!(keys = "a")).contains("for one lock write `key = \"a\"`"));
+        assert!(error(quote!(keys = ["a", b])).starts_with("each of `keys` must be a string"));
+        assert!(error(quote!(keys = a)).starts_with("`keys` takes an array of string literals"));
+        assert_eq!(
+            error(quote!(keys = ["a"], keys = ["b"])),
+            "`keys` set multiple times"
+        );
+        assert!(error(quote!(kind = "read")).starts_with("missing `key` argument"));
     }
 
     #[test]

@@ -4,9 +4,9 @@ use proc_macro2::{Literal, Span, TokenStream};
 use quote::{quote, quote_spanned};
 use syn::spanned::Spanned;
 use syn::visit::Visit;
-use syn::{Error, GenericArgument, ItemFn, PathArguments, ReturnType, Type};
+use syn::{Error, GenericArgument, ItemFn, LitStr, PathArguments, ReturnType, Type};
 
-use crate::args::{LockArgs, OnLostArg};
+use crate::args::{KindArg, LockArgs, LocksArg, OnLostArg};
 use crate::duration::WaitArg;
 use crate::key::{Bindings, KeyTemplate, respan};
 
@@ -67,7 +67,7 @@ fn with_error(item: TokenStream, error: Error) -> TokenStream {
 //             ::std::string::ToString::to_string(krate::__private::key_part(&id)), // span: key
 //         );
 //         let __lock_spec = krate::__private::LockSpec {
-//             key: __lock_key,
+//             locks: krate::__private::Locks::Lock(__lock_key),     // `Read` / `Write` by `kind`
 //             lease: ::core::option::Option::Some(krate::__private::Duration::from_millis(5000u64)),
 //             wait: krate::__private::Wait::For(krate::__private::Duration::from_millis(2000u64)),
 //             on_lost: krate::__private::OnLost::Fail,
@@ -83,6 +83,16 @@ fn with_error(item: TokenStream, error: Error) -> TokenStream {
 //         })
 //         .await
 //     }
+//
+// With `keys = ["account:<from>", "account:<to>"]` the keys are one `Vec`, each built like the
+// key above:
+//
+//         let __lock_keys = ::std::vec![::std::format!("account:{}", ..), ::std::format!(..)];
+//         let __lock_spec = krate::__private::LockSpec {
+//             locks: krate::__private::Locks::All(__lock_keys),
+//             metric_label: "account:<from>,account:<to>",
+//             ..
+//         };
 //
 // The signature, attributes, visibility, generics and receiver are kept as they are. The key is
 // built before the body runs, because the body may move the values it is built from, and only
@@ -127,18 +137,48 @@ fn expand(args: TokenStream, function: &ItemFn) -> syn::Result<TokenStream> {
         None => &function.sig.output,
     };
     let result_type = errors.take(Output::of(output, &function.sig.ident));
-    let key = args
-        .as_ref()
-        .and_then(|args| errors.take(KeyTemplate::parse(&args.key, &Bindings::of(&function.sig))));
+    // Every template is checked, so each bad one is reported.
+    let bindings = Bindings::of(&function.sig);
+    let templates: Option<Vec<KeyTemplate>> = args.as_ref().map(|args| {
+        args.key_literals()
+            .filter_map(|lit| errors.take(KeyTemplate::parse(lit, &bindings)))
+            .collect()
+    });
     errors.finish()?;
-    let (Some(args), Some(result_type), Some(key)) = (args, result_type, key) else {
+    let (Some(args), Some(result_type), Some(templates)) = (args, result_type, templates) else {
         unreachable!("every missing part recorded an error");
     };
 
     let krate = &args.krate;
     let private = quote!(#krate::__private);
-    let key_lit = &args.key;
-    let key_expr = key.to_expr(key_lit, krate);
+    let key_exprs = templates
+        .iter()
+        .zip(args.key_literals())
+        .map(|(template, lit)| template.to_expr(lit, krate));
+    let keys_var = match &args.locks {
+        LocksArg::One { .. } => quote::format_ident!("__lock_key", span = Span::mixed_site()),
+        LocksArg::All(_) => quote::format_ident!("__lock_keys", span = Span::mixed_site()),
+    };
+    let (keys_value, locks) = match &args.locks {
+        LocksArg::One { kind, .. } => {
+            let variant = match kind {
+                KindArg::Lock => quote!(Lock),
+                KindArg::Read => quote!(Read),
+                KindArg::Write => quote!(Write),
+            };
+            (
+                quote!(#(#key_exprs)*),
+                quote!(#private::Locks::#variant(#keys_var)),
+            )
+        }
+        LocksArg::All(_) => (
+            quote!(::std::vec![#(#key_exprs),*]),
+            quote!(#private::Locks::All(#keys_var)),
+        ),
+    };
+    // the templates as written name the lock in metrics: `keys = [..]` joins them
+    let label_text: Vec<String> = args.key_literals().map(LitStr::value).collect();
+    let metric_label = LitStr::new(&label_text.join(","), Span::call_site());
     let lease = match args.lease_millis {
         Some(millis) => {
             let millis = Literal::u64_suffixed(millis);
@@ -223,7 +263,6 @@ fn expand(args: TokenStream, function: &ItemFn) -> syn::Result<TokenStream> {
         }
     });
 
-    let key_var = quote::format_ident!("__lock_key", span = Span::mixed_site());
     let spec_var = quote::format_ident!("__lock_spec", span = Span::mixed_site());
     let ItemFn {
         attrs,
@@ -248,13 +287,13 @@ fn expand(args: TokenStream, function: &ItemFn) -> syn::Result<TokenStream> {
     let run = quote_spanned!(check_span=> #run_locked(#spec_var, #body).await);
     let locked = quote! {
         #error_check
-        let #key_var = #key_expr;
+        let #keys_var = #keys_value;
         let #spec_var = #private::LockSpec {
-            key: #key_var,
+            locks: #locks,
             lease: #lease,
             wait: #wait,
             on_lost: #on_lost,
-            metric_label: #key_lit,
+            metric_label: #metric_label,
         };
         #run
     };

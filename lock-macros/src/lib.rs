@@ -26,6 +26,26 @@
 //! }
 //! ```
 //!
+//! The body can also run under a read or write hold of a read-write lock (`kind = "read"` /
+//! `"write"`), or under several locks taken all or none (`keys = [..]`):
+//!
+//! ```no_run
+//! # use lock_runtime::{LockError, distributed_lock};
+//! #[distributed_lock(key = "catalog:<shop>", kind = "read")]
+//! async fn list_goods(shop: u64) -> Result<Vec<u64>, LockError> {
+//!     // Runs alongside other readers of "catalog:<shop>", never alongside a writer.
+//!     # let _ = shop;
+//!     Ok(Vec::new())
+//! }
+//!
+//! #[distributed_lock(keys = ["account:<from>", "account:<to>"], wait = "2s")]
+//! async fn transfer(from: u64, to: u64, amount: u64) -> Result<(), LockError> {
+//!     // Runs holding both accounts' locks; transfer(a, b) and transfer(b, a) cannot deadlock.
+//!     # let _ = (from, to, amount);
+//!     Ok(())
+//! }
+//! ```
+//!
 //! See [`distributed_lock`] for the arguments, the key syntax and the generated code.
 
 mod args;
@@ -35,7 +55,8 @@ mod key;
 
 use proc_macro::TokenStream;
 
-/// Runs an `async fn` only while holding the distributed lock named by its `key`.
+/// Runs an `async fn` only while holding the distributed lock named by its `key` (or the locks
+/// named by its `keys`).
 ///
 /// ```no_run
 /// use lock_runtime::{LockError, distributed_lock};
@@ -80,7 +101,9 @@ use proc_macro::TokenStream;
 ///
 /// | argument  | value                                       | default                            |
 /// |-----------|---------------------------------------------|------------------------------------|
-/// | `key`     | key template, see below (required)          | -                                  |
+/// | `key`     | key template, see below                     | - (`key` or `keys` is required)    |
+/// | `keys`    | array of key templates: several locks       | - (`key` or `keys` is required)    |
+/// | `kind`    | `"lock"`, `"read"` or `"write"`; with `key` | `"lock"`: the mutex                |
 /// | `lease`   | duration: the lock expires after it         | none: the watchdog renews the lock |
 /// | `wait`    | duration, or `"forever"`                    | the config's `default_wait`        |
 /// | `on_lost` | `"fail"` or `"continue"`                    | `"fail"`                           |
@@ -94,12 +117,78 @@ use proc_macro::TokenStream;
 ///
 /// - `wait`: how long the call waits for the lock. When it runs out the body does not run and
 ///   the fn returns `Err(E::from(timeout error))`. `wait = "0s"` tries once: the scheduled-job
-///   pattern "run it here unless another instance already does".
+///   pattern "run it here unless another instance already does". This holds for every `kind`
+///   and for `keys` (which then gives back the locks it did take).
 /// - `on_lost`: what happens when the lock is lost while the body runs (the watchdog found it
-///   gone, or a fixed `lease` ran out). `"fail"` stops the body and returns
-///   `Err(E::from(lost error))`; `"continue"` lets the body finish and logs a warning.
+///   gone, or a fixed `lease` ran out; with `keys`, any one of the locks). `"fail"` stops the
+///   body and returns `Err(E::from(lost error))`; `"continue"` lets the body finish and logs a
+///   warning.
 /// - `crate`: for crates that reach the runtime under another path (re-exports, renamed
 ///   dependencies).
+///
+/// # Kind
+///
+/// `kind` says which lock of `key` the body runs under, as the runtime's `LockService` method
+/// of the same name takes it:
+///
+/// - `"lock"` (the default, so usually left out): the mutex `key`, one holder at a time
+///   (`LockService::lock`).
+/// - `"read"`: a read hold of the read-write lock `key`: any number of readers at once, no
+///   writer meanwhile (`LockService::read`). A waiting writer stops new readers.
+/// - `"write"`: the write hold of the read-write lock `key`: no other writer and no reader
+///   meanwhile (`LockService::write`).
+///
+/// The read-write lock `key` and the mutex `key` are different locks (different Redis keys):
+/// a `kind = "write"` fn does not exclude a fn with the same `key` and no `kind`. Nested calls
+/// of the same call chain re-enter: a `"read"` fn called from the body of a `"write"` fn on the
+/// same key runs at once (a downgrade); the other way round would be an upgrade, refused with a
+/// `WouldDeadlock` error instead of waiting for itself. Inside the body,
+/// `lock_runtime::current_fence()` is the token of the read or write hold.
+///
+/// ```no_run
+/// # use lock_runtime::{LockError, distributed_lock};
+/// # struct Price;
+/// #[distributed_lock(key = "prices:<region>", kind = "read", wait = "1s")]
+/// async fn quote(region: &str, goods_id: u64) -> Result<Price, LockError> {
+///     # let _ = (region, goods_id);
+///     Ok(Price)
+/// }
+///
+/// #[distributed_lock(key = "prices:<region>", kind = "write", lease = "30s")]
+/// async fn reprice(region: &str) -> Result<(), LockError> {
+///     # let _ = region;
+///     Ok(())
+/// }
+/// ```
+///
+/// # Several keys
+///
+/// `keys = ["..", ".."]` instead of `key` runs the body holding every one of the mutexes its
+/// templates name (`LockService::lock_all`). They are taken all or none, one after another in
+/// the order of their Redis keys - the same order in every process, whatever order they are
+/// listed in - so two calls locking the same accounts in opposite order cannot deadlock. `wait`
+/// covers taking all of them; when it runs out, the locks already taken are released and the
+/// body does not run. A key listed twice (two placeholders with the same value) is locked once.
+///
+/// ```no_run
+/// # use lock_runtime::{LockError, distributed_lock};
+/// #[distributed_lock(keys = ["account:<from>", "account:<to>"], wait = "2s", lease = "10s")]
+/// async fn transfer(from: u64, to: u64, amount: u64) -> Result<(), LockError> {
+///     // the token of the first lock taken, the same account whichever way the money goes
+///     let fence = lock_runtime::current_fence();
+///     # let _ = (from, to, amount, fence);
+///     Ok(())
+/// }
+/// ```
+///
+/// - Only mutexes lock several keys: `keys` with `kind = "read"` or `"write"` is a compile
+///   error (`kind = "lock"` is accepted).
+/// - Each template is checked like `key`; a mistake points at the template it is in.
+/// - Inside the body, a nested lock call on any of the keys re-enters its hold.
+///   `lock_runtime::current_fence()` and `current_lock_key()` read the first lock in the order
+///   they were taken (the one whose Redis key sorts first), so `transfer(a, b)` and
+///   `transfer(b, a)` report the same account's lock. For the token of each lock, take them
+///   with `LockService::lock_all` and read `MultiGuard::fence`.
 ///
 /// # Key
 ///
@@ -111,8 +200,9 @@ use proc_macro::TokenStream;
 /// such as `"{order}:<id>"` is kept. The key is built before the body runs, from borrows of
 /// the arguments.
 ///
-/// The template as written (`goods:<id>`) names the lock in metrics and events (the `key`
-/// label of `lock_runtime::metrics`): one time series per annotated fn, never one per goods.
+/// The template as written (`goods:<id>`; with `keys`, the templates joined with `,`) names the
+/// lock in metrics and events (the `key` label of `lock_runtime::metrics`): one time series
+/// per annotated fn, never one per goods.
 ///
 /// # Requirements
 ///
@@ -142,9 +232,16 @@ use proc_macro::TokenStream;
 ///
 /// ```ignore
 /// let __lock_key = ::std::format!("goods:{}", ToString::to_string(__private::key_part(&id)));
-/// let __lock_spec = __private::LockSpec { key: __lock_key, metric_label: "goods:<id>", .. };
+/// let __lock_spec = __private::LockSpec {
+///     locks: __private::Locks::Lock(__lock_key),
+///     metric_label: "goods:<id>",
+///     ..
+/// };
 /// __private::run_locked(__lock_spec, async move { /* body */ }).await
 /// ```
+///
+/// (`Locks::Read` / `Locks::Write` by `kind`; with `keys`, `Locks::All` of a `Vec` of keys
+/// built the same way.)
 ///
 /// `run_locked` acquires the lock through the global registry, runs the body as the locked body
 /// of the call chain (so a nested annotated call on the same key re-enters, while concurrent

@@ -27,19 +27,32 @@ pub enum OnLost {
     Continue,
 }
 
+/// Which locks the annotated fn's body runs under.
+pub enum Locks {
+    /// `key = ".."` (and `kind = "lock"`): the mutex `key`.
+    Lock(String),
+    /// `key = "..", kind = "read"`: a read hold of the read-write lock `key`.
+    Read(String),
+    /// `key = "..", kind = "write"`: the write hold of the read-write lock `key`.
+    Write(String),
+    /// `keys = [..]`: every one of the mutexes, taken all or none (`LockService::lock_all`).
+    All(Vec<String>),
+}
+
 pub struct LockSpec {
-    pub key: String,
+    pub locks: Locks,
     pub lease: Option<Duration>,
     pub wait: Wait,
     pub on_lost: OnLost,
-    /// The key template as written (`"goods:<id>"`): the lock's bounded name in metrics and
-    /// events.
+    /// The key template as written (`"goods:<id>"`; `keys = [..]`: the templates joined with
+    /// `,`): the lock's bounded name in metrics and events.
     pub metric_label: &'static str,
 }
 
 /// Acquires through the global registry, runs `body` as the locked body of this call chain (lock
 /// calls in it re-enter the hold), and releases after it; a panic or cancellation releases in
-/// the background (guard drop).
+/// the background (guard drop). When the lock cannot be had within the wait, the body does not
+/// run and the timeout error is returned.
 pub async fn run_locked<T, E, F>(spec: LockSpec, body: F) -> Result<T, E>
 where
     F: Future<Output = Result<T, E>>,
@@ -54,19 +67,53 @@ where
             DefaultWait::Forever => None,
         },
     };
-    let mut request = service
-        .lock(spec.key)
-        .wait_at_most(wait)
-        .metric_label(spec.metric_label);
-    if let Some(lease) = spec.lease {
-        request = request.lease(lease);
-    }
-    let guard = request.await?;
     let on_lost = match spec.on_lost {
         OnLost::Fail => context::OnLost::Fail,
         OnLost::Continue => context::OnLost::Continue,
     };
-    context::run_body(guard.core, on_lost, body).await?
+    let (lease, label) = (spec.lease, spec.metric_label);
+    match spec.locks {
+        Locks::Lock(key) => {
+            let mut request = service.lock(key).wait_at_most(wait).metric_label(label);
+            if let Some(lease) = lease {
+                request = request.lease(lease);
+            }
+            let guard = request.await?;
+            context::run_body(guard.core, on_lost, body).await?
+        }
+        Locks::Read(key) => {
+            let core = rw_core(service.read(key).metric_label(label), lease, wait).await?;
+            context::run_body(core, on_lost, body).await?
+        }
+        Locks::Write(key) => {
+            let core = rw_core(service.write(key).metric_label(label), lease, wait).await?;
+            context::run_body(core, on_lost, body).await?
+        }
+        Locks::All(keys) => {
+            let mut request = service
+                .lock_all(keys)
+                .wait_at_most(wait)
+                .metric_label(label);
+            if let Some(lease) = lease {
+                request = request.lease(lease);
+            }
+            let guard = request.await?;
+            context::run_multi_body(guard, on_lost, body).await?
+        }
+    }
+}
+
+/// Acquires a read or write hold with the attribute's lease and wait.
+async fn rw_core<G: Send + 'static>(
+    mut request: crate::RwRequest<'_, G>,
+    lease: Option<Duration>,
+    wait: Option<Duration>,
+) -> Result<crate::engine::Guard, LockError> {
+    request = request.wait_at_most(wait);
+    if let Some(lease) = lease {
+        request = request.lease(lease);
+    }
+    request.acquire_core().await
 }
 
 /// Types a key placeholder can name.

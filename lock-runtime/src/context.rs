@@ -6,6 +6,7 @@ use std::pin::pin;
 
 use crate::engine::Guard;
 use crate::error::LockError;
+use crate::kinds::multi::MultiGuard;
 use crate::owner;
 
 tokio::task_local! {
@@ -64,22 +65,7 @@ pub(crate) async fn run_body<T>(
     let held = Held::of(&guard);
     let (service, lock) = guard.chain_frame();
     let body = owner::body_scope(service, lock, guard.owner().clone(), body);
-    let outcome = HELD
-        .scope(held, async {
-            let mut body = pin!(body);
-            tokio::select! {
-                biased;
-                result = &mut body => Ok(result),
-                lost = guard.lost() => match on_lost {
-                    OnLost::Fail => Err(lost),
-                    OnLost::Continue => {
-                        tracing::warn!(error = %lost, "lock lost while the body runs; on_lost = \"continue\" lets it finish");
-                        Ok(body.await)
-                    }
-                },
-            }
-        })
-        .await;
+    let outcome = watch(held, body, guard.lost(), on_lost).await;
     if outcome.is_ok()
         && let Err(e) = guard.release().await
     {
@@ -90,16 +76,82 @@ pub(crate) async fn run_body<T>(
     outcome
 }
 
+/// [`run_body`] for the locks of a multi-key hold: lock calls in the body re-enter any of
+/// them; the body is stopped (with `OnLost::Fail`) when any of them is lost; all are released
+/// after it. [`current_fence`] and [`current_lock_key`] read the first lock in the order they
+/// were taken (the order of their Redis keys, the same in every process).
+pub(crate) async fn run_multi_body<T>(
+    guard: MultiGuard,
+    on_lost: OnLost,
+    body: impl Future<Output = T>,
+) -> Result<T, LockError> {
+    let cores: Vec<&Guard> = guard.guards().iter().map(|g| &g.core).collect();
+    let Some(first) = cores.first() else {
+        // `lock_all` refuses an empty list before acquiring anything
+        return Err(LockError::new(
+            crate::ErrorKind::InvalidKey,
+            "a multi-key lock was given no keys",
+        ));
+    };
+    let held = Held::of(first);
+    let holds = cores.iter().map(|core| {
+        let (service, lock) = core.chain_frame();
+        (service, lock, core.owner().clone())
+    });
+    let body = owner::bodies_scope(holds, body);
+    let outcome = watch(held, body, guard.lost(), on_lost).await;
+    if outcome.is_ok()
+        && let Err(e) = guard.release().await
+    {
+        tracing::warn!(error = %e, "releasing after the locked body failed");
+    }
+    outcome
+}
+
+/// Runs `body` with `held` as the lock [`current_fence`] reads, until it finishes or `lost`
+/// resolves; then as `on_lost` says.
+async fn watch<T>(
+    held: Held,
+    body: impl Future<Output = T>,
+    lost: impl Future<Output = LockError>,
+    on_lost: OnLost,
+) -> Result<T, LockError> {
+    HELD.scope(held, async {
+        let mut body = pin!(body);
+        tokio::select! {
+            biased;
+            result = &mut body => Ok(result),
+            lost = lost => match on_lost {
+                OnLost::Fail => Err(lost),
+                OnLost::Continue => {
+                    tracing::warn!(error = %lost, "lock lost while the body runs; on_lost = \"continue\" lets it finish");
+                    Ok(body.await)
+                }
+            },
+        }
+    })
+    .await
+}
+
 /// The fencing token of the lock the current locked body runs under (an annotated fn's body or
 /// a [`LockRequest::run`](crate::LockRequest::run) closure; the innermost one when they nest),
 /// or `None` outside such a body.
 ///
 /// Write it next to the data the lock protects, and reject writes that carry an older token.
+///
+/// In the body of a read or write lock (`kind = "read"` / `"write"`) it is the token of that
+/// read or write hold. In the body of a multi-key lock (`keys = [..]`) it is the token of the
+/// first of its locks in the order they were taken: the order of their Redis keys, the same in
+/// every process and whatever order the keys were listed in (for `["account:<from>",
+/// "account:<to>"]`, the same account for a transfer either way). For the token
+/// of each lock, take them with [`LockService::lock_all`](crate::LockService::lock_all) and read
+/// [`MultiGuard::fence`](crate::MultiGuard::fence).
 pub fn current_fence() -> Option<u64> {
     HELD.try_with(|h| h.fence).ok()
 }
 
-/// The key of the lock the current locked body runs under, or `None` outside.
+/// The key of the lock the current locked body runs under, or `None` outside. In the body of a
+/// multi-key lock: the key of the first lock taken, the one [`current_fence`] is the token of.
 pub fn current_lock_key() -> Option<String> {
     HELD.try_with(|h| h.key.clone()).ok()
 }

@@ -19,6 +19,10 @@
 //! # Ok(()) }
 //! ```
 //!
+//! `kind = "read"` / `kind = "write"` run the body under a read or write hold of the
+//! read-write lock `key`; `keys = ["account:<from>", "account:<to>"]` under all of several
+//! mutexes (see the lock family below and the `lock-macros` crate docs).
+//!
 //! # The programmatic API
 //!
 //! ```no_run

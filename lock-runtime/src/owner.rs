@@ -350,14 +350,25 @@ pub(crate) fn body_scope<F: Future>(
     owner: OwnerId,
     future: F,
 ) -> TaskLocalFuture<Chain, F> {
+    bodies_scope([(service, lock, owner)], future)
+}
+
+/// [`body_scope`] for a body locked by several holds at once (a multi-key lock), each given as
+/// `(service, lock, owner)`: lock calls in it re-enter any of them.
+pub(crate) fn bodies_scope<F: Future>(
+    holds: impl IntoIterator<Item = (usize, Arc<str>, OwnerId)>,
+    future: F,
+) -> TaskLocalFuture<Chain, F> {
     let mut chain = CHAIN.try_with(Chain::clone).unwrap_or_default();
-    chain.frames = Some(Arc::new(Frame {
-        service,
-        lock,
-        owner,
-        entry: Arc::new(tokio::sync::Mutex::new(())),
-        parent: chain.frames.take(),
-    }));
+    for (service, lock, owner) in holds {
+        chain.frames = Some(Arc::new(Frame {
+            service,
+            lock,
+            owner,
+            entry: Arc::new(tokio::sync::Mutex::new(())),
+            parent: chain.frames.take(),
+        }));
+    }
     CHAIN.scope(chain, future)
 }
 

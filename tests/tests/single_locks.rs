@@ -829,3 +829,46 @@ async fn a_service_that_just_had_the_lock_does_not_get_the_turn_before_one_waiti
     }
     assert_eq!(*order.lock().await, ["a", "b", "c", "a"]);
 }
+
+/// A waiter stays registered as waiting for its service's watchdog timeout (plus a second), but
+/// the holder's lease may be far longer: it must look again before its registration runs out,
+/// or a release after that publishes to nobody and it sleeps until its wait runs out.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_release_wakes_a_waiter_that_waits_longer_than_its_watchdog_timeout() {
+    let fx = Fixture::single().await;
+    let holder = fx.service(LONG_WATCHDOG).await;
+    let watchdog = Duration::from_millis(300);
+    let waiter_service = fx.service(watchdog).await;
+    let key = unique_key("long-wait");
+    let held = holder.lock(&key).lease(LONG_WATCHDOG).await.unwrap();
+    let waiter = {
+        let key = key.clone();
+        tokio::spawn(async move {
+            waiter_service
+                .lock(&key)
+                .wait(Duration::from_secs(10))
+                .await
+                .map(|g| (g, Instant::now()))
+        })
+    };
+    let info_key = key.clone();
+    eventually("the waiter registered", Duration::from_secs(5), || async {
+        holder.inspect(&info_key).await.unwrap().waiting_services > 0
+    })
+    .await;
+    // well past the waiter's first registration (watchdog + 1 s)
+    tokio::time::sleep(watchdog + Duration::from_secs(2)).await;
+    let released = Instant::now();
+    held.release().await.unwrap();
+    let (guard, granted) = tokio::time::timeout(Duration::from_secs(10), waiter)
+        .await
+        .unwrap()
+        .unwrap()
+        .unwrap();
+    let after = granted - released;
+    assert!(
+        after < Duration::from_secs(1),
+        "the waiter got the lock only {after:?} after the release"
+    );
+    guard.release().await.unwrap();
+}

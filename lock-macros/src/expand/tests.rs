@@ -32,7 +32,7 @@ fn body_runs_inside_run_locked_after_the_key_is_built() {
                 ::std::string::ToString::to_string(::lock_runtime::__private::key_part(&id))
             );
             let __lock_spec = ::lock_runtime::__private::LockSpec {
-                key: __lock_key,
+                locks: ::lock_runtime::__private::Locks::Lock(__lock_key),
                 lease: ::core::option::Option::Some(
                     ::lock_runtime::__private::Duration::from_millis(5000u64)
                 ),
@@ -107,6 +107,56 @@ fn defaults_crate_path_and_aliases() {
         ),
     );
     assert!(default_wait.contains("Wait :: Default"), "{default_wait}");
+}
+
+#[test]
+fn kind_picks_the_lock_and_keys_build_one_vec() {
+    let item = quote!(
+        async fn f(from: u64, to: u64) -> Result<(), E> {
+            Ok(())
+        }
+    );
+    for (kind, variant) in [("lock", "Lock"), ("read", "Read"), ("write", "Write")] {
+        let out = expand_str(quote!(key = "account:<from>", kind = #kind), item.clone());
+        let locks =
+            format!("locks : :: lock_runtime :: __private :: Locks :: {variant} (__lock_key)");
+        assert!(out.contains(&locks), "{out}");
+    }
+    let out = expand_str(
+        quote!(keys = ["account:<from>", "account:<to>", "ledger"]),
+        item.clone(),
+    );
+    let keys = quote!(
+        let __lock_keys = ::std::vec![
+            ::std::format!(
+                "account:{}",
+                ::std::string::ToString::to_string(::lock_runtime::__private::key_part(&from))
+            ),
+            ::std::format!(
+                "account:{}",
+                ::std::string::ToString::to_string(::lock_runtime::__private::key_part(&to))
+            ),
+            ::std::string::String::from("ledger")
+        ];
+    );
+    assert!(out.contains(&keys.to_string()), "{out}");
+    let locks = quote!(locks: ::lock_runtime::__private::Locks::All(__lock_keys),);
+    assert!(out.contains(&locks.to_string()), "{out}");
+}
+
+#[test]
+fn every_bad_template_of_keys_is_reported() {
+    let messages = error_messages(
+        quote!(keys = ["a:<from>", "b:<nope>", "c:<too>"]),
+        quote!(
+            async fn f(from: u64, to: u64) -> Result<(), E> {
+                Ok(())
+            }
+        ),
+    );
+    assert_eq!(messages.len(), 2, "{messages:?}");
+    assert!(messages[0].starts_with("unknown placeholder `<nope>`"));
+    assert!(messages[1].starts_with("unknown placeholder `<too>`"));
 }
 
 #[test]

@@ -122,7 +122,7 @@ impl Inner {
                         return Ok(guard(self, token, &grant, cell));
                     }
                 }
-                Attempt::Held(_) => self.local.drop_grant(&names.lock, &grant),
+                Attempt::Held { .. } => self.local.drop_grant(&names.lock, &grant),
             }
         }
 
@@ -187,8 +187,8 @@ impl Inner {
                             let cell = self.local.leave_granted(&names.lock, id, sent);
                             return Ok(guard(self, token, &grant, cell));
                         }
-                        Attempt::Held(ttl) => {
-                            self.local.park(&names.lock, id);
+                        Attempt::Held { retry: ttl, room } => {
+                            self.local.park(&names.lock, id, room);
                             let out_of_time = deadline.is_some_and(|d| Instant::now() >= d);
                             if !subscribed && !out_of_time {
                                 subscribed = true;
@@ -201,6 +201,15 @@ impl Inner {
                                 }
                             }
                             let jitter = rand::rng().random_range(1..=20);
+                            // Look again before this service's registration as waiting runs
+                            // out (a second before it): a release after that would not wake it.
+                            let registered =
+                                Duration::from_millis(horizon_ms.saturating_sub(1_000));
+                            let ttl = if horizon_ms > 0 {
+                                ttl.min(registered)
+                            } else {
+                                ttl
+                            };
                             hint = Some(ttl + Duration::from_millis(jitter));
                         }
                     }
@@ -235,7 +244,7 @@ impl Inner {
             let give_back = match &reply {
                 Ok(Attempt::Granted(_) | Attempt::Holding(_)) => ask != Ask::Confirm,
                 Err(_) => ask != Ask::Confirm,
-                Ok(Attempt::Held(_)) => false,
+                Ok(Attempt::Held { .. }) => false,
             };
             if give_back {
                 tracing::debug!(key = %n.names.user, ?reply, "acquire cancelled, giving the grant back");

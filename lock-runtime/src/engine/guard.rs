@@ -173,9 +173,10 @@ impl Guard {
     }
 
     /// Sets the hold's lease to `lease` from now (shorter or longer than before) when it is
-    /// still held under this grant. A watched hold stays watched: the watchdog keeps renewing it
-    /// after this lease, as before. Other guards of the same grant (re-entries) share the new
-    /// lease.
+    /// still held under this grant. A watched hold stays watched: its lease on Redis becomes at
+    /// least `lease` from now and is never shortened (the watchdog renews it on its own period,
+    /// which may come after a shorter lease ran out, while its validity deadline here only ever
+    /// moves forward). Other guards of the same grant (re-entries) share the new lease.
     pub(crate) async fn extend(&mut self, lease: Duration) -> Result<(), LockError> {
         Inner::check_lease(self.target.kind, self.names(), Some(lease))?;
         if self.is_lost() {
@@ -185,7 +186,7 @@ impl Guard {
         let mut call = ScriptCall::new(self.target.kind.renew, 1);
         call.key(&self.names().lock)
             .arg(lease_ms)
-            .arg("x")
+            .arg(if self.watched() { "r" } else { "x" })
             .arg(&*self.field)
             .arg(&*self.grant);
         let sent = Instant::now();

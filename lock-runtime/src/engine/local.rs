@@ -57,6 +57,9 @@ struct Waiter {
     lease_ms: u64,
     watched: bool,
     state: WaiterState,
+    /// Its last attempt failed but the kind said a smaller request might fit: the waiters
+    /// behind it may try too (see [`Local::park`]).
+    passed: bool,
     /// When the release that handed the lock over was sent: the lease runs from at most then.
     granted_at: Instant,
     wake: Arc<Notify>,
@@ -393,6 +396,7 @@ impl Local {
             lease_ms,
             watched,
             state: WaiterState::Parked,
+            passed: false,
             granted_at: Instant::now(),
             wake: wake.clone(),
         });
@@ -417,8 +421,9 @@ impl Local {
         }
         // The head looks; so does a waiter of a joint kind with only such waiters ahead of it
         // (readers take their shares together, not one round trip after another).
-        let front =
-            i == 0 || (w.kind.shared && state.waiters.iter().take(i).all(|a| a.kind.shared));
+        let front = i == 0
+            || (w.kind.joint && state.waiters.iter().take(i).all(|a| a.kind.joint))
+            || state.waiters.iter().take(i).all(|a| a.passed);
         if !front {
             return Turn::Wait;
         }
@@ -435,6 +440,7 @@ impl Local {
                     Some(until) => Turn::Behind { until },
                     None => {
                         state.waiters[i].state = WaiterState::Attempting;
+                        state.waiters[i].passed = false;
                         Turn::Attempt
                     }
                 }
@@ -445,14 +451,24 @@ impl Local {
     }
 
     /// The head's attempt failed (lock held elsewhere): park it so releases can hand off to it.
-    pub(crate) fn park(&self, key: &str, id: u64) {
+    ///
+    /// `room`: the kind said a smaller request might be granted now (a semaphore with permits
+    /// free, but too few for this waiter): the waiter lets the one behind it try, and so on.
+    pub(crate) fn park(&self, key: &str, id: u64, room: bool) {
         let mut keys = self.lock();
-        if let Some(w) = keys
-            .get_mut(key)
-            .and_then(|s| s.waiters.iter_mut().find(|w| w.id == id))
-            && w.state == WaiterState::Attempting
-        {
+        let Some(state) = keys.get_mut(key) else {
+            return;
+        };
+        let Some(i) = state.waiters.iter().position(|w| w.id == id) else {
+            return;
+        };
+        let w = &mut state.waiters[i];
+        if w.state == WaiterState::Attempting {
             w.state = WaiterState::Parked;
+            w.passed = room;
+            if room && let Some(next) = state.waiters.get(i + 1) {
+                next.wake.notify_one();
+            }
         }
     }
 
@@ -713,7 +729,7 @@ mod tests {
             ),
             "a force-unlocked grant's guard is not held"
         );
-        local.park(&k, w1);
+        local.park(&k, w1, false);
         let ga = hold(&local, &k, &a, false);
         let ReleasePlan::Redis(Some(r)) = local.begin_release(&k, &ga, Some(false), true) else {
             panic!("parked head is reserved");

@@ -156,7 +156,9 @@ pub(crate) enum Attempt {
     /// The owner holds it under this attempt's grant id: a confirmed re-entry, or an attempt
     /// that had run before (for a fresh attempt, a grant like [`Attempt::Granted`]).
     Holding(u64),
-    Held(Duration),
+    /// Not granted; look again in about this long. `room`: the kind says a smaller request
+    /// might be granted now (a semaphore with some permits free): the next waiter may try.
+    Held { retry: Duration, room: bool },
 }
 
 /// What an acquire attempt asks of the kind's `acquire`.
@@ -365,12 +367,15 @@ pub(crate) fn parse_attempt(reply: &[i64; 3], names: &KeyNames) -> Result<Attemp
     match reply {
         [1, token_value, _] => Ok(Attempt::Granted(token(*token_value))),
         [2, token_value, _grants] => Ok(Attempt::Holding(token(*token_value))),
-        [0, ttl, _] => Ok(Attempt::Held(if *ttl >= 0 {
-            Duration::from_millis(*ttl as u64)
-        } else {
-            // no expiry (set by someone else) or just gone: look again soon
-            Duration::from_millis(100)
-        })),
+        [0, ttl, room] => Ok(Attempt::Held {
+            retry: if *ttl >= 0 {
+                Duration::from_millis(*ttl as u64)
+            } else {
+                // no expiry (set by someone else) or just gone: look again soon
+                Duration::from_millis(100)
+            },
+            room: *room > 0,
+        }),
         _ => Err(bad_reply("acquire", names, reply)),
     }
 }
@@ -428,7 +433,7 @@ mod tests {
             Ok(Attempt::Holding(9))
         ));
         assert!(
-            matches!(parse_attempt(&[0, 50, 0], &n), Ok(Attempt::Held(d)) if d.as_millis() == 50)
+            matches!(parse_attempt(&[0, 50, 0], &n), Ok(Attempt::Held { retry, room: false }) if retry.as_millis() == 50)
         );
         assert!(parse_attempt(&[7, 0, 0], &n).is_err());
         assert_eq!(

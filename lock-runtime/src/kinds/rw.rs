@@ -144,7 +144,11 @@ impl<G: Send + 'static> RwRequest<'_, G> {
         crate::context::run_body(core, crate::context::OnLost::Fail, body(held)).await
     }
 
-    fn acquire_core(self) -> impl Future<Output = Result<Guard, LockError>> + Send + 'static {
+    /// Acquires and returns the engine's guard of the hold, for a locked body ([`run`](Self::run),
+    /// the attribute's `kind = "read"` / `"write"`).
+    pub(crate) fn acquire_core(
+        self,
+    ) -> impl Future<Output = Result<Guard, LockError>> + Send + 'static {
         let names = names(self.service, &self.key);
         let acquiring = Acquiring::new(self.service, self.kind, names, self.owner)
             .with_label(self.metric_label);

@@ -23,8 +23,10 @@ static RENEW: LazyLock<Script> =
 static AVAILABLE: LazyLock<Script> =
     LazyLock::new(|| Script::new(include_str!("../scripts/semaphore/available.lua")));
 
-/// A permit grant as the engine sees it: grants coexist; only the head of a line asks Redis
-/// (a release wakes it, and each waiter granted wakes the next).
+/// A permit grant as the engine sees it: grants coexist; only the head of a line asks Redis (a
+/// release wakes it, and each waiter granted wakes the next). A head refused while some permits
+/// are free - too few for its request, maybe enough for a smaller one - lets the waiter behind
+/// it try, and so on down the line.
 pub(crate) static SEMAPHORE: Kind = Kind {
     id: 3,
     noun: "semaphore",

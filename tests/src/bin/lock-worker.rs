@@ -5,6 +5,10 @@
 //!     each iteration: lock, GET counter, yield, SET counter + 1, release; prints "done"
 //! lock-worker <redis url | config.toml> hold <lock key> <lease ms, 0 = watchdog> [watchdog ms]
 //!     takes the lock, prints "held <fence>", then sleeps until killed
+//! lock-worker <redis url | config.toml> permit <semaphore> <permits> <count> <lease ms, 0 = watchdog>
+//!             [watchdog ms]
+//!     takes <count> of the semaphore's <permits> permits, prints "held <fence>", then sleeps
+//!     until killed
 //! lock-worker <redis url | config.toml> hold-as <lock key> <owner id>
 //!     takes the lock as `OwnerId::across_processes(owner id)`, prints "held <fence>", sleeps
 //! lock-worker <config.toml> annotated <key>
@@ -39,6 +43,7 @@ async fn main() {
     let url = &args[0];
     let watchdog_ms: u64 = match args[1].as_str() {
         "hold" => args.get(4).and_then(|a| a.parse().ok()).unwrap_or(30_000),
+        "permit" => args.get(6).and_then(|a| a.parse().ok()).unwrap_or(30_000),
         _ => 30_000,
     };
     let config = if url.ends_with(".toml") {
@@ -67,6 +72,7 @@ async fn main() {
         }
         "hold" => hold(&locks, &args[2], args[3].parse().expect("lease ms")).await,
         "history" => history(&locks, &args[2..]).await,
+        "permit" => permit(&locks, &args[2..]).await,
         "hold-as" => {
             let owner = lock_runtime::OwnerId::across_processes(args[3].clone());
             let guard = locks.lock(&args[2]).owner(owner).await.expect("lock");
@@ -178,6 +184,19 @@ async fn hold(locks: &LockService, key: &str, lease_ms: u64) {
     println!("held {}", guard.fence());
     std::future::pending::<()>().await;
     drop(guard);
+}
+
+async fn permit(locks: &LockService, args: &[String]) {
+    let semaphore = locks.semaphore(args[0].as_str(), args[1].parse().expect("permits"));
+    let mut request = semaphore.acquire_many(args[2].parse().expect("count"));
+    let lease_ms: u64 = args[3].parse().expect("lease ms");
+    if lease_ms > 0 {
+        request = request.lease(Duration::from_millis(lease_ms));
+    }
+    let permit = request.await.expect("permit");
+    println!("held {}", permit.fence());
+    std::future::pending::<()>().await;
+    drop(permit);
 }
 
 /// Settings of the `history` mode.

@@ -39,6 +39,7 @@ end
 
 -- acquire: hash, fence counter, services waiting, unused; owner field; grant id; lease in ms;
 -- waiter horizon in ms ('0': do not register); extra: '<permits wanted> <permits in all>'
+-- Replies as ops.lua documents; a refusal's third value is how many permits are free.
 local function acquire(lock, fence_key, queue, _, owner, grant_id, lease, horizon, extra)
   local lease_ms = checked_lease(lease)
   local want, total = string.match(extra, '^(%d+) (%d+)$')
@@ -62,10 +63,15 @@ local function acquire(lock, fence_key, queue, _, owner, grant_id, lease, horizo
     redis.call('pexpire', lock, math.max(exp, latest) - now_ms())
     return 1, token, 0
   end
+  local retry = math.max(earliest - now_ms(), 1)
   if horizon ~= '0' then
     register_waiter(queue, tonumber(horizon))
+    -- look again before the registration runs out (a second before it): a release after that
+    -- would not publish, and the waiter would sleep through it until the earliest lease ends
+    retry = math.min(retry, math.max(tonumber(horizon) - 1000, 1))
   end
-  return 0, math.max(earliest - now_ms(), 1), 0
+  -- the third value: permits free now (a smaller request may fit)
+  return 0, retry, math.max(total - used, 0)
 end
 
 -- release: hash, fence counter, services waiting, unused; owner field; grant id; the next
