@@ -586,3 +586,55 @@ async fn grants_and_losses_are_tracing_events_at_their_levels() {
     assert_eq!(level, tracing::Level::WARN);
     assert!(guard.is_lost());
 }
+
+#[lock_runtime::distributed_lock(key = "metrics-catalog:<id>", kind = "read", wait = "5s")]
+async fn read_catalog(id: &str) -> Result<(), lock_runtime::LockError> {
+    let _ = id;
+    Ok(())
+}
+
+#[lock_runtime::distributed_lock(key = "metrics-catalog:<id>", kind = "write", wait = "5s")]
+async fn write_catalog(id: &str) -> Result<(), lock_runtime::LockError> {
+    let _ = id;
+    Ok(())
+}
+
+#[lock_runtime::distributed_lock(keys = ["metrics-account:<from>", "metrics-account:<to>"])]
+async fn transfer(from: &str, to: &str) -> Result<(), lock_runtime::LockError> {
+    let _ = (from, to);
+    Ok(())
+}
+
+/// Every form of the attribute labels its locks with its key templates: a read or write lock
+/// with its template and kind, a multi-key lock with its templates joined by `,` (each key a
+/// grant of kind `lock`).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_attribute_labels_every_kind_with_its_templates() {
+    web_common::setup().await;
+    let metrics = prometheus::install().unwrap();
+    let (a, b) = (unique_key("a"), unique_key("b"));
+    read_catalog(&a).await.unwrap();
+    read_catalog(&b).await.unwrap();
+    write_catalog(&a).await.unwrap();
+    transfer(&a, &b).await.unwrap();
+    let samples = parse(&metrics.render());
+    let grants = |kind: &str, key: &str| {
+        sum(
+            &samples,
+            "distributed_lock_grants_total",
+            &[("kind", kind), ("key", key)],
+        )
+    };
+    assert_eq!(grants("read", "metrics-catalog:<id>"), 2.0);
+    assert_eq!(grants("write", "metrics-catalog:<id>"), 1.0);
+    assert_eq!(
+        grants("lock", "metrics-account:<from>,metrics-account:<to>"),
+        2.0
+    );
+    let holds = sum(
+        &samples,
+        "distributed_lock_hold_seconds_count",
+        &[("key", "metrics-catalog:<id>")],
+    );
+    assert_eq!(holds, 3.0);
+}
