@@ -45,7 +45,7 @@
 //! | label | values |
 //! |---|---|
 //! | `kind` | `lock` (also each key of `lock_all`), `read`, `write`, `semaphore` ([`LockKind`]) |
-//! | `key` | a bounded name for the lock, **never the key itself** (a key per goods or per user would make a time series each): the attribute's key template (`#[distributed_lock(key = "goods:<id>")]` records `goods:<id>`), the [`metric_label`](crate::LockRequest::metric_label) of a programmatic request, else [`OTHER`] |
+//! | `key` | a bounded name for the lock, **never the key itself** (a key per goods or per user would make a time series each): the attribute's key template (`#[distributed_lock(key = "goods:<id>")]` records `goods:<id>`; `keys = [..]` its templates joined with `,`), the [`metric_label`](crate::LockRequest::metric_label) of a programmatic request, else [`OTHER`] |
 //! | `outcome` | `granted`, `timed_out`, `error` |
 //! | `reason` | `lease_ran_out`, `found_gone`, `force_unlocked` ([`LossReason`]) |
 //! | `script` | see `distributed_lock_redis_script_calls_total` |
