@@ -3,7 +3,8 @@
 # processes started by the harness in lock-tests (it picks its own free ports and leaves any
 # system redis service alone).
 #
-# Installs redis-server / redis-sentinel / redis-cli with apt when they are missing. Uses
+# Installs redis-server / redis-sentinel / redis-cli, and chromium / chromedriver (the console
+# test of lockctl), with apt when they are missing. Uses
 # cargo-nextest when installed (profile `ci` when $CI is set), `cargo test` otherwise.
 set -euo pipefail
 
@@ -17,21 +18,28 @@ have() {
     command -v "$1" >/dev/null 2>&1
 }
 
-install_redis() {
+apt_updated=0
+# apt_install PACKAGE...: installs Debian packages (as root, or through sudo).
+apt_install() {
     local sudo=()
     if [ "$(id -u)" -ne 0 ]; then
         if have sudo; then
             sudo=(sudo)
         else
-            echo "redis binaries are missing and this is not root (no sudo): install" \
-                "redis-server, redis-sentinel and redis-tools" >&2
+            echo "$* missing and this is not root (no sudo): install $*" >&2
             exit 1
         fi
     fi
-    step "installing redis-server redis-sentinel redis-tools (apt)"
-    ${sudo[@]+"${sudo[@]}"} env DEBIAN_FRONTEND=noninteractive apt-get update
-    ${sudo[@]+"${sudo[@]}"} env DEBIAN_FRONTEND=noninteractive apt-get install -y --no-install-recommends \
-        redis-server redis-sentinel redis-tools
+    step "installing $* (apt)"
+    if [ "$apt_updated" -eq 0 ]; then
+        ${sudo[@]+"${sudo[@]}"} env DEBIAN_FRONTEND=noninteractive apt-get update
+        apt_updated=1
+    fi
+    ${sudo[@]+"${sudo[@]}"} env DEBIAN_FRONTEND=noninteractive apt-get install -y --no-install-recommends "$@"
+}
+
+install_redis() {
+    apt_install redis-server redis-sentinel redis-tools
 }
 
 needs_redis=0
@@ -46,6 +54,12 @@ if [ "$needs_redis" -eq 1 ]; then
     install_redis
 fi
 step "redis: $("${REDIS_SERVER_BIN:-redis-server}" --version)"
+
+# lockctl's console test drives headless Chromium through chromedriver (WebDriver).
+if ! have "${CHROMIUM_BIN:-chromium}" || ! have "${CHROMEDRIVER_BIN:-chromedriver}"; then
+    apt_install chromium chromium-driver
+fi
+step "browser: $("${CHROMIUM_BIN:-chromium}" --version 2>/dev/null || true)"
 
 step "cargo fmt --all -- --check"
 cargo fmt --all -- --check

@@ -45,42 +45,30 @@ use std::sync::atomic::{AtomicBool, Ordering};
 
 use tokio::sync::broadcast;
 
+use crate::inspect::{HoldMode, LockKind};
 use crate::metrics;
 use crate::owner::OwnerId;
 
 /// How many events a receiver may fall behind before it loses the oldest.
 pub const CAPACITY: usize = 1024;
 
-/// The kind of a lock, as events and metrics (`kind` label) name it.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
-#[non_exhaustive]
-pub enum LockKind {
-    /// A mutex: [`LockService::lock`](crate::LockService::lock), and each key of
-    /// [`LockService::lock_all`](crate::LockService::lock_all).
-    Lock,
-    /// A read hold: [`LockService::read`](crate::LockService::read).
-    Read,
-    /// A write hold: [`LockService::write`](crate::LockService::write).
-    Write,
-    /// Permits of a [`Semaphore`](crate::Semaphore).
-    Semaphore,
-}
-
-impl LockKind {
-    /// `lock`, `read`, `write` or `semaphore`: the value of the `kind` label.
-    pub const fn as_str(self) -> &'static str {
-        match self {
-            LockKind::Lock => "lock",
-            LockKind::Read => "read",
-            LockKind::Write => "write",
-            LockKind::Semaphore => "semaphore",
-        }
+/// The `kind` label of a hold in metrics: `lock` (a mutex, also each key of
+/// [`LockService::lock_all`](crate::LockService::lock_all)), `read`, `write` or `semaphore`.
+pub(crate) const fn kind_label(mode: HoldMode) -> &'static str {
+    match mode {
+        HoldMode::Exclusive => "lock",
+        HoldMode::Read => "read",
+        HoldMode::Write => "write",
+        HoldMode::Permits => "semaphore",
     }
 }
 
-impl fmt::Display for LockKind {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.write_str(self.as_str())
+/// The lock kind a hold of `mode` is of.
+pub(crate) const fn lock_kind(mode: HoldMode) -> LockKind {
+    match mode {
+        HoldMode::Exclusive => LockKind::Mutex,
+        HoldMode::Read | HoldMode::Write => LockKind::ReadWrite,
+        HoldMode::Permits => LockKind::Semaphore,
     }
 }
 
@@ -121,8 +109,8 @@ impl fmt::Display for LossReason {
 
 /// Something that happened to a lock of a service; from [`LockService::events`](crate::LockService::events).
 ///
-/// `key` is the key as it was asked for, `fence` the fencing token of the hold, `owner` its
-/// owner, `label` its metric label (the attribute's key template such as `goods:<id>`, the
+/// `key` is the key as it was asked for, `kind` and `mode` what lock and hold it is, `fence`
+/// the fencing token of the hold, `owner` its owner, `label` its metric label (the attribute's key template such as `goods:<id>`, the
 /// request's [`metric_label`](crate::LockRequest::metric_label), or `other`).
 #[derive(Debug, Clone, PartialEq, Eq)]
 #[non_exhaustive]
@@ -134,6 +122,8 @@ pub enum LockEvent {
         key: Arc<str>,
         /// The lock's kind.
         kind: LockKind,
+        /// What the hold holds: the mutex, a read or the write hold, permits.
+        mode: HoldMode,
         /// The holder.
         owner: OwnerId,
         /// The hold's fencing token.
@@ -150,6 +140,8 @@ pub enum LockEvent {
         key: Arc<str>,
         /// The lock's kind.
         kind: LockKind,
+        /// What the hold holds: the mutex, a read or the write hold, permits.
+        mode: HoldMode,
         /// The holder.
         owner: OwnerId,
         /// The hold's fencing token.
@@ -167,6 +159,8 @@ pub enum LockEvent {
         key: Arc<str>,
         /// The lock's kind.
         kind: LockKind,
+        /// What the hold holds: the mutex, a read or the write hold, permits.
+        mode: HoldMode,
         /// The holder.
         owner: OwnerId,
         /// The hold's fencing token.
@@ -205,6 +199,16 @@ impl LockEvent {
             | LockEvent::RenewalFailed { kind, .. }
             | LockEvent::Lost { kind, .. }
             | LockEvent::ForceUnlocked { kind, .. } => *kind,
+        }
+    }
+
+    /// What the hold the event is about holds (`None` for a force-unlock).
+    pub fn mode(&self) -> Option<HoldMode> {
+        match self {
+            LockEvent::Renewed { mode, .. }
+            | LockEvent::RenewalFailed { mode, .. }
+            | LockEvent::Lost { mode, .. } => Some(*mode),
+            LockEvent::ForceUnlocked { .. } => None,
         }
     }
 
@@ -269,7 +273,7 @@ fn send(sender: &broadcast::Sender<LockEvent>, event: LockEvent) {
 #[derive(Debug)]
 pub(crate) struct HoldInfo {
     pub(crate) key: Arc<str>,
-    pub(crate) kind: LockKind,
+    pub(crate) mode: HoldMode,
     pub(crate) label: &'static str,
     pub(crate) owner: OwnerId,
     pub(crate) fence: u64,
@@ -281,7 +285,7 @@ pub(crate) struct HoldInfo {
 impl HoldInfo {
     pub(crate) fn new(
         key: Arc<str>,
-        kind: LockKind,
+        mode: HoldMode,
         label: &'static str,
         owner: OwnerId,
         fence: u64,
@@ -289,7 +293,7 @@ impl HoldInfo {
     ) -> HoldInfo {
         HoldInfo {
             key,
-            kind,
+            mode,
             label,
             owner,
             fence,
@@ -303,14 +307,14 @@ impl HoldInfo {
         if self.lost.swap(true, Ordering::AcqRel) {
             return;
         }
-        metrics::lost(self.kind, self.label, reason);
+        metrics::lost(self.mode, self.label, reason);
         match reason {
             LossReason::ForceUnlocked => tracing::warn!(
-                kind = self.kind.as_str(), key = %self.key, owner = %self.owner,
+                kind = kind_label(self.mode), key = %self.key, owner = %self.owner,
                 fence = self.fence, reason = reason.as_str(), "lock lost while held: {reason}"
             ),
             LossReason::LeaseRanOut | LossReason::FoundGone => tracing::error!(
-                kind = self.kind.as_str(), key = %self.key, owner = %self.owner,
+                kind = kind_label(self.mode), key = %self.key, owner = %self.owner,
                 fence = self.fence, reason = reason.as_str(), "lock lost while held: {reason}"
             ),
         }
@@ -318,7 +322,8 @@ impl HoldInfo {
             &self.events,
             LockEvent::Lost {
                 key: self.key.clone(),
-                kind: self.kind,
+                kind: lock_kind(self.mode),
+                mode: self.mode,
                 owner: self.owner.clone(),
                 fence: self.fence,
                 label: self.label,
@@ -329,14 +334,15 @@ impl HoldInfo {
 
     /// The watchdog renewed the hold.
     pub(crate) fn renewed(&self) {
-        metrics::renewed(self.kind, self.label);
-        tracing::trace!(kind = self.kind.as_str(), key = %self.key, owner = %self.owner, fence = self.fence, "lock renewed");
+        metrics::renewed(self.mode, self.label);
+        tracing::trace!(kind = kind_label(self.mode), key = %self.key, owner = %self.owner, fence = self.fence, "lock renewed");
         if self.events.receiver_count() > 0 {
             send(
                 &self.events,
                 LockEvent::Renewed {
                     key: self.key.clone(),
-                    kind: self.kind,
+                    kind: lock_kind(self.mode),
+                    mode: self.mode,
                     owner: self.owner.clone(),
                     fence: self.fence,
                     label: self.label,
@@ -347,13 +353,14 @@ impl HoldInfo {
 
     /// A renewal of the hold failed; the caller logs it.
     pub(crate) fn renewal_failed(&self, error: &dyn fmt::Display) {
-        metrics::renewal_failed(self.kind, self.label);
+        metrics::renewal_failed(self.mode, self.label);
         if self.events.receiver_count() > 0 {
             send(
                 &self.events,
                 LockEvent::RenewalFailed {
                     key: self.key.clone(),
-                    kind: self.kind,
+                    kind: lock_kind(self.mode),
+                    mode: self.mode,
                     owner: self.owner.clone(),
                     fence: self.fence,
                     label: self.label,

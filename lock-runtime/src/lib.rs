@@ -176,6 +176,7 @@ mod error;
 pub mod events;
 /// Fenced writes: data that rejects a write from a holder whose lock has passed to someone else.
 pub mod fenced;
+pub mod inspect;
 mod kinds;
 pub mod metrics;
 #[cfg(any(feature = "tower", feature = "actix-web"))]
@@ -189,7 +190,8 @@ mod service;
 pub use config::{DefaultWait, LockConfig, Topology};
 pub use context::{Held, current_fence, current_lock_key};
 pub use error::{ErrorKind, LockError};
-pub use events::{LockEvent, LockKind, LossReason};
+pub use events::{LockEvent, LossReason};
+pub use inspect::{HoldMode, Holder, LockKind};
 pub use kinds::multi::{MultiGuard, MultiRequest};
 pub use kinds::mutex::{LockGuard, LockRequest};
 pub use kinds::rw::{ReadGuard, ReadRequest, RwRequest, WriteGuard, WriteRequest};

@@ -44,7 +44,7 @@
 //!
 //! | label | values |
 //! |---|---|
-//! | `kind` | `lock` (also each key of `lock_all`), `read`, `write`, `semaphore` ([`LockKind`]) |
+//! | `kind` | the hold's [`HoldMode`]: `lock` (exclusive: a mutex, also each key of `lock_all`), `read`, `write`, `semaphore` (permits) |
 //! | `key` | a bounded name for the lock, **never the key itself** (a key per goods or per user would make a time series each): the attribute's key template (`#[distributed_lock(key = "goods:<id>")]` records `goods:<id>`; `keys = [..]` its templates joined with `,`), the [`metric_label`](crate::LockRequest::metric_label) of a programmatic request, else [`OTHER`] |
 //! | `outcome` | `granted`, `timed_out`, `error` |
 //! | `reason` | `lease_ran_out`, `found_gone`, `force_unlocked` ([`LossReason`]) |
@@ -56,7 +56,10 @@
 
 use std::time::Duration;
 
-use crate::events::{LockKind, LossReason};
+use crate::events::LossReason;
+#[cfg(feature = "metrics")]
+use crate::events::kind_label;
+use crate::inspect::HoldMode;
 
 /// Histogram: seconds an acquire call took, by `kind`, `key` and `outcome`.
 pub const ACQUIRE_SECONDS: &str = "distributed_lock_acquire_seconds";
@@ -183,7 +186,7 @@ pub fn describe() {
 /// An acquire ended after `took`; `waited` when it found the lock busy and waited.
 #[inline]
 pub(crate) fn acquired(
-    kind: LockKind,
+    mode: HoldMode,
     key: &'static str,
     outcome: Outcome,
     how: Option<How>,
@@ -192,7 +195,7 @@ pub(crate) fn acquired(
 ) {
     #[cfg(feature = "metrics")]
     {
-        let k = kind.as_str();
+        let k = kind_label(mode);
         metrics::histogram!(ACQUIRE_SECONDS, KIND => k, KEY => key, OUTCOME => outcome.as_str())
             .record(took);
         match (outcome, how) {
@@ -215,52 +218,52 @@ pub(crate) fn acquired(
         }
     }
     #[cfg(not(feature = "metrics"))]
-    let _ = (kind, key, outcome, how, took, waited);
+    let _ = (mode, key, outcome, how, took, waited);
 }
 
 /// A hold was released (or dropped) after `held`.
 #[inline]
-pub(crate) fn released(kind: LockKind, key: &'static str, held: Duration) {
+pub(crate) fn released(mode: HoldMode, key: &'static str, held: Duration) {
     #[cfg(feature = "metrics")]
-    metrics::histogram!(HOLD_SECONDS, KIND => kind.as_str(), KEY => key).record(held);
+    metrics::histogram!(HOLD_SECONDS, KIND => kind_label(mode), KEY => key).record(held);
     #[cfg(not(feature = "metrics"))]
-    let _ = (kind, key, held);
+    let _ = (mode, key, held);
 }
 
 /// A hold was lost.
 #[inline]
-pub(crate) fn lost(kind: LockKind, key: &'static str, reason: LossReason) {
+pub(crate) fn lost(mode: HoldMode, key: &'static str, reason: LossReason) {
     #[cfg(feature = "metrics")]
-    metrics::counter!(LOST_TOTAL, KIND => kind.as_str(), KEY => key, REASON => reason.as_str())
+    metrics::counter!(LOST_TOTAL, KIND => kind_label(mode), KEY => key, REASON => reason.as_str())
         .increment(1);
     #[cfg(not(feature = "metrics"))]
-    let _ = (kind, key, reason);
+    let _ = (mode, key, reason);
 }
 
 /// The watchdog renewed a hold.
 #[inline]
-pub(crate) fn renewed(kind: LockKind, key: &'static str) {
+pub(crate) fn renewed(mode: HoldMode, key: &'static str) {
     #[cfg(feature = "metrics")]
-    metrics::counter!(RENEWALS_TOTAL, KIND => kind.as_str(), KEY => key).increment(1);
+    metrics::counter!(RENEWALS_TOTAL, KIND => kind_label(mode), KEY => key).increment(1);
     #[cfg(not(feature = "metrics"))]
-    let _ = (kind, key);
+    let _ = (mode, key);
 }
 
 /// A renewal failed.
 #[inline]
-pub(crate) fn renewal_failed(kind: LockKind, key: &'static str) {
+pub(crate) fn renewal_failed(mode: HoldMode, key: &'static str) {
     #[cfg(feature = "metrics")]
-    metrics::counter!(RENEWAL_FAILURES_TOTAL, KIND => kind.as_str(), KEY => key).increment(1);
+    metrics::counter!(RENEWAL_FAILURES_TOTAL, KIND => kind_label(mode), KEY => key).increment(1);
     #[cfg(not(feature = "metrics"))]
-    let _ = (kind, key);
+    let _ = (mode, key);
 }
 
 /// One more caller waits in line (`joined`), or one left the line.
 #[inline]
-pub(crate) fn waiter(kind: LockKind, key: &'static str, joined: bool) {
+pub(crate) fn waiter(mode: HoldMode, key: &'static str, joined: bool) {
     #[cfg(feature = "metrics")]
     {
-        let gauge = metrics::gauge!(WAITERS, KIND => kind.as_str(), KEY => key);
+        let gauge = metrics::gauge!(WAITERS, KIND => kind_label(mode), KEY => key);
         if joined {
             gauge.increment(1.0);
         } else {
@@ -268,7 +271,7 @@ pub(crate) fn waiter(kind: LockKind, key: &'static str, joined: bool) {
         }
     }
     #[cfg(not(feature = "metrics"))]
-    let _ = (kind, key, joined);
+    let _ = (mode, key, joined);
 }
 
 /// A script call to Redis ended (`ok`: it answered without error).
@@ -287,29 +290,29 @@ pub(crate) fn script_call(script: &'static str, ok: bool) {
 
 /// An acquire/release script call carried `ops` operations of `kind`.
 #[inline]
-pub(crate) fn batch(kind: LockKind, ops: usize) {
+pub(crate) fn batch(mode: HoldMode, ops: usize) {
     #[cfg(feature = "metrics")]
-    metrics::histogram!(BATCH_OPERATIONS, KIND => kind.as_str()).record(ops as f64);
+    metrics::histogram!(BATCH_OPERATIONS, KIND => kind_label(mode)).record(ops as f64);
     #[cfg(not(feature = "metrics"))]
-    let _ = (kind, ops);
+    let _ = (mode, ops);
 }
 
 /// Keeps the `waiters` gauge one higher while it lives (a place in a waiter line).
 #[derive(Debug)]
 pub(crate) struct Waiting {
-    kind: LockKind,
+    mode: HoldMode,
     key: &'static str,
 }
 
 impl Waiting {
-    pub(crate) fn new(kind: LockKind, key: &'static str) -> Waiting {
-        waiter(kind, key, true);
-        Waiting { kind, key }
+    pub(crate) fn new(mode: HoldMode, key: &'static str) -> Waiting {
+        waiter(mode, key, true);
+        Waiting { mode, key }
     }
 }
 
 impl Drop for Waiting {
     fn drop(&mut self) {
-        waiter(self.kind, self.key, false);
+        waiter(self.mode, self.key, false);
     }
 }

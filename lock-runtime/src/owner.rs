@@ -324,6 +324,24 @@ pub fn chain<F: Future>(label: impl Into<String>, future: F) -> impl Future<Outp
     chain_scope(Some(label.into().into()), None, future)
 }
 
+/// The request id (the call chain's label) an owner id was made for: `req-42` for the owner
+/// `req-42#3` that [`chain`] or the web middleware gives a new hold; `None` for an owner of
+/// another form (a random id, an explicit one without `#<n>`).
+///
+/// ```
+/// use lock_runtime::owner;
+///
+/// assert_eq!(owner::request_id_of("req-42#3"), Some("req-42"));
+/// assert_eq!(owner::request_id_of("a#b#12"), Some("a#b"));
+/// assert_eq!(owner::request_id_of("5f0c9e2a"), None);
+/// assert_eq!(owner::request_id_of("#7"), None);
+/// ```
+pub fn request_id_of(owner: &str) -> Option<&str> {
+    let (label, n) = owner.rsplit_once('#')?;
+    let counted = !n.is_empty() && n.bytes().all(|b| b.is_ascii_digit());
+    (counted && !label.is_empty()).then_some(label)
+}
+
 /// Runs `future` as a new call chain labelled `label`, with `owner` as its explicit owner if
 /// given (the web middleware, per request).
 pub(crate) fn chain_scope<F: Future>(

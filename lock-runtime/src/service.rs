@@ -8,9 +8,9 @@ use crate::backend::Backend;
 use crate::config::LockConfig;
 use crate::engine::{Inner, KeyNames, notify, owner_field, watchdog};
 use crate::error::LockError;
+use crate::inspect::{Holder, LockKind};
 use crate::kinds::mutex::LockRequest;
 use crate::owner;
-use crate::scripts::{self, ScriptCall};
 
 /// A connection to Redis that hands out distributed locks.
 ///
@@ -118,26 +118,16 @@ impl LockService {
     /// Removes the lock `key` whoever holds it, and wakes its waiters. Returns whether a lock
     /// was removed. Holders learn it at their next renewal (`LockGuard::lost`); their release
     /// then fails with [`ErrorKind::NotHeld`](crate::ErrorKind::NotHeld).
+    /// [`force_unlock_kind`](Self::force_unlock_kind) does it for every kind and says what it
+    /// removed.
     ///
     /// # Errors
     /// [`ErrorKind::InvalidKey`](crate::ErrorKind::InvalidKey) or [`ErrorKind::Backend`](crate::ErrorKind::Backend).
     pub async fn force_unlock(&self, key: &str) -> Result<bool, LockError> {
-        let names = self.names(key)?;
-        let mut call = ScriptCall::new(&scripts::FORCE_UNLOCK, 2);
-        call.key(&names.lock)
-            .key(&names.turn())
-            .arg(names.channel())
-            .arg(self.inner.backend.publish_command());
-        let removed: i64 = self.inner.backend.run("force_unlock", &call).await?;
-        if removed == 1 {
-            tracing::warn!(key = %names.user, "lock force-unlocked");
-            self.inner.local.mark_lost(&names.lock);
-            self.inner.events.send(crate::LockEvent::ForceUnlocked {
-                key: names.user.clone(),
-                kind: crate::LockKind::Lock,
-            });
-        }
-        Ok(removed == 1)
+        Ok(self
+            .force_unlock_kind(LockKind::Mutex, key)
+            .await?
+            .is_some())
     }
 
     /// A receiver of what happens to this service's locks from now on: renewals, failed
@@ -165,41 +155,14 @@ impl LockService {
     }
 
     /// The state of the lock `key` on Redis: holder, hold count, remaining lease, fencing
-    /// tokens and how many services wait for it.
+    /// tokens and how many services wait for it. This is the mutex `key`;
+    /// [`inspect_kind`](Self::inspect_kind) looks at a lock of any kind and
+    /// [`list`](Self::list) finds them.
     ///
     /// # Errors
     /// [`ErrorKind::InvalidKey`](crate::ErrorKind::InvalidKey) or [`ErrorKind::Backend`](crate::ErrorKind::Backend).
     pub async fn inspect(&self, key: &str) -> Result<LockInfo, LockError> {
-        let names = self.names(key)?;
-        let mut call = ScriptCall::new(&scripts::INSPECT, 3);
-        call.key(&names.lock)
-            .key(&names.fence())
-            .key(&names.queue());
-        type Reply = (Vec<(String, String)>, i64, i64, i64);
-        let (fields, ttl, last, waiting): Reply = self.inner.backend.run("inspect", &call).await?;
-        let mut info = LockInfo {
-            key: key.to_owned(),
-            holder: None,
-            hold_count: 0,
-            ttl: u64::try_from(ttl).ok().map(Duration::from_millis),
-            fence: None,
-            last_fence: u64::try_from(last).ok(),
-            waiting_services: u32::try_from(waiting).unwrap_or(0),
-            local_waiters: self.inner.local.waiter_count(&names.lock),
-        };
-        for (field, value) in fields {
-            if field == scripts::FENCE_FIELD {
-                info.fence = value.parse().ok();
-            } else {
-                info.holder = Some(field);
-                // one grant id per process holding it; re-entries are counted by that process
-                info.hold_count = u32::try_from(value.split_whitespace().count()).unwrap_or(0);
-                if let Some(local) = self.inner.local.guards_of(&names.lock, &value) {
-                    info.hold_count += local.saturating_sub(1);
-                }
-            }
-        }
-        Ok(info)
+        self.inspect_kind(LockKind::Mutex, key).await
     }
 
     /// Whether the current owner (see [`owner`]) holds `key`.
@@ -239,26 +202,66 @@ impl fmt::Debug for LockService {
     }
 }
 
-/// The state of one lock on Redis, from [`LockService::inspect`].
+/// The state of one lock on Redis, from [`LockService::inspect`],
+/// [`inspect_kind`](LockService::inspect_kind), [`list`](LockService::list) or
+/// [`force_unlock_kind`](LockService::force_unlock_kind).
 #[derive(Debug, Clone, PartialEq, Eq)]
 #[non_exhaustive]
 pub struct LockInfo {
-    /// The key as asked for.
+    /// The key as asked for (the semaphore's name for a semaphore).
     pub key: String,
+    /// The kind of lock.
+    pub kind: LockKind,
+    /// The lock's key on Redis, e.g. `lock:{goods:42}` or `lock:rw:{catalog:7}`.
+    pub redis_key: String,
+    /// Who holds it: the owner of a mutex; a read-write lock's writer or readers (the writer
+    /// first); a semaphore's grants. Empty when free.
+    pub holders: Vec<Holder>,
     /// The holder as stored on Redis (`<process instance>:<owner id>`; under the web
-    /// middleware the owner id is `<request id>#<n>`), `None` when free.
+    /// middleware the owner id is `<request id>#<n>`), `None` when free. For a read-write lock
+    /// or a semaphore, the first of [`holders`](Self::holders).
     pub holder: Option<String>,
     /// How many times the holder holds it, 0 when free: its grants on Redis (one per process
-    /// holding it) plus, when the holder is in this service, its re-entries here.
+    /// holding it) plus, when the holder is in this service, its re-entries here. For a
+    /// read-write lock or a semaphore, the sum over [`holders`](Self::holders).
     pub hold_count: u32,
-    /// The remaining lease, `None` when free.
+    /// The remaining lease, `None` when free (a read-write lock or semaphore: its longest
+    /// hold's; each holder's is in [`Holder::lease_left`]).
     pub ttl: Option<Duration>,
-    /// The fencing token of the current grant, `None` when free.
+    /// The fencing token of the current grant (a read-write lock's: of its write hold),
+    /// `None` when free (and for a semaphore, whose grants each got one of their own).
     pub fence: Option<u64>,
     /// The last fencing token issued for this key, `None` when none ever was.
     pub last_fence: Option<u64>,
+    /// How many permits a semaphore has (the count its latest acquirer passed); `None` for
+    /// the other kinds.
+    pub permits: Option<u32>,
     /// How many services (processes) have waiters registered for this key.
     pub waiting_services: u32,
     /// How many callers of this service wait in line for this key right now.
     pub local_waiters: usize,
+}
+
+impl LockInfo {
+    pub(crate) fn empty(kind: LockKind, key: &str, redis_key: &str) -> LockInfo {
+        LockInfo {
+            key: key.to_owned(),
+            kind,
+            redis_key: redis_key.to_owned(),
+            holders: Vec::new(),
+            holder: None,
+            hold_count: 0,
+            ttl: None,
+            fence: None,
+            last_fence: None,
+            permits: None,
+            waiting_services: 0,
+            local_waiters: 0,
+        }
+    }
+
+    /// Whether anyone holds it.
+    pub fn is_held(&self) -> bool {
+        !self.holders.is_empty()
+    }
 }

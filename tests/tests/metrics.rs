@@ -18,7 +18,7 @@ use lock_examples::loadgen::{self, Endpoint, Load, Progress};
 use lock_examples::shop::Store;
 use lock_examples::{axum_shop, prometheus};
 use lock_runtime::middleware::OwnerScopeConfig;
-use lock_runtime::{ErrorKind, LockConfig, LockEvent, LockKind, LockService, LossReason};
+use lock_runtime::{ErrorKind, HoldMode, LockConfig, LockEvent, LockKind, LockService, LossReason};
 use lock_tests::harness::{Spec, unique_key};
 use tokio::sync::broadcast::Receiver;
 
@@ -316,12 +316,13 @@ async fn lost_holds_and_renewals_are_events_and_metrics() {
         match next_event(&mut events, &key, Duration::from_secs(2)).await {
             LockEvent::Renewed {
                 kind,
+                mode,
                 owner,
                 fence,
                 label,
                 ..
             } => {
-                assert_eq!(kind, LockKind::Lock);
+                assert_eq!((kind, mode), (LockKind::Mutex, HoldMode::Exclusive));
                 assert_eq!(&owner, guard.owner());
                 assert_eq!(fence, guard.fence());
                 assert_eq!(label, "events-gone");
@@ -335,7 +336,7 @@ async fn lost_holds_and_renewals_are_events_and_metrics() {
         matches!(
             unlocked,
             LockEvent::ForceUnlocked {
-                kind: LockKind::Lock,
+                kind: LockKind::Mutex,
                 ..
             }
         ),
@@ -392,6 +393,25 @@ async fn lost_holds_and_renewals_are_events_and_metrics() {
     assert!(guard.is_lost());
     drop(guard);
 
+    // a write hold force-unlocked here: the event names its kind and mode
+    let key = unique_key("events-rw");
+    let guard = here.write(&key).metric_label("events-rw").await.unwrap();
+    let removed = here.force_unlock_kind(LockKind::ReadWrite, &key).await;
+    assert!(removed.unwrap().is_some());
+    match next_event(&mut events, &key, Duration::from_millis(500)).await {
+        LockEvent::Lost {
+            kind, mode, reason, ..
+        } => {
+            assert_eq!((kind, mode), (LockKind::ReadWrite, HoldMode::Write));
+            assert_eq!(reason, LossReason::ForceUnlocked);
+        }
+        other => panic!("expected the loss: {other:?}"),
+    }
+    let unlocked = next_event(&mut events, &key, Duration::from_millis(500)).await;
+    assert_eq!(unlocked.kind(), LockKind::ReadWrite, "{unlocked:?}");
+    assert!(guard.is_lost());
+    drop(guard);
+
     // a fixed lease runs out while held, nobody awaiting lost(): reported by the service
     let key = unique_key("events-lease");
     let guard = here
@@ -431,6 +451,12 @@ async fn lost_holds_and_renewals_are_events_and_metrics() {
     };
     assert_eq!(lost("events-gone", "found_gone"), 1.0);
     assert_eq!(lost("events-here", "force_unlocked"), 1.0);
+    let write_losses = sum(
+        &samples,
+        "distributed_lock_lost_total",
+        &[("kind", "write"), ("key", "events-rw")],
+    );
+    assert_eq!(write_losses, 1.0);
     assert_eq!(lost("events-lease", "lease_ran_out"), 1.0);
     for label in ["events-gone", "events-here", "events-lease"] {
         let all = sum(&samples, "distributed_lock_lost_total", &[("key", label)]);

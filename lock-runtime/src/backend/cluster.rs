@@ -88,3 +88,81 @@ impl Cluster {
         }
     }
 }
+
+/// The distinct masters (`host`, `port`) in a `CLUSTER SLOTS` reply, as the cluster client
+/// names them (it builds its slot map from the same reply). A range whose master address is
+/// unknown (`?`, empty) is skipped.
+pub(super) fn masters(slots: &redis::Value) -> Vec<(String, u16)> {
+    use redis::Value;
+    let mut masters: Vec<(String, u16)> = Vec::new();
+    let Value::Array(ranges) = slots else {
+        return masters;
+    };
+    for range in ranges {
+        let Value::Array(range) = range else { continue };
+        let Some(Value::Array(node)) = range.get(2) else {
+            continue;
+        };
+        let host = match node.first() {
+            Some(Value::BulkString(host)) => String::from_utf8_lossy(host).into_owned(),
+            Some(Value::SimpleString(host)) => host.clone(),
+            _ => continue,
+        };
+        let Some(Value::Int(port)) = node.get(1) else {
+            continue;
+        };
+        let Ok(port) = u16::try_from(*port) else {
+            continue;
+        };
+        if host.is_empty() || host == "?" || masters.iter().any(|m| m.0 == host && m.1 == port) {
+            continue;
+        }
+        masters.push((host, port));
+    }
+    masters
+}
+
+#[cfg(test)]
+mod tests {
+    use redis::Value;
+
+    fn node(host: &str, port: i64) -> Value {
+        Value::Array(vec![
+            Value::BulkString(host.as_bytes().to_vec()),
+            Value::Int(port),
+            Value::BulkString(b"id".to_vec()),
+        ])
+    }
+
+    #[test]
+    fn masters_of_a_slots_reply() {
+        let reply = Value::Array(vec![
+            Value::Array(vec![
+                Value::Int(0),
+                Value::Int(5460),
+                node("127.0.0.1", 7000),
+                node("127.0.0.1", 7003),
+            ]),
+            Value::Array(vec![
+                Value::Int(5461),
+                Value::Int(10922),
+                node("127.0.0.1", 7001),
+            ]),
+            // a second range of the same master
+            Value::Array(vec![
+                Value::Int(10923),
+                Value::Int(10990),
+                node("127.0.0.1", 7000),
+            ]),
+            Value::Array(vec![Value::Int(10991), Value::Int(16383), node("?", 7002)]),
+        ]);
+        assert_eq!(
+            super::masters(&reply),
+            vec![
+                ("127.0.0.1".to_owned(), 7000),
+                ("127.0.0.1".to_owned(), 7001)
+            ]
+        );
+        assert!(super::masters(&Value::Nil).is_empty());
+    }
+}

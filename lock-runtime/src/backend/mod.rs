@@ -20,12 +20,16 @@ use std::future::Future;
 use std::time::Duration;
 
 use redis::aio::ConnectionLike;
+use redis::cluster_routing::{RoutingInfo, SingleNodeRoutingInfo};
 use redis::{FromRedisValue, PushInfo};
 use tokio::sync::mpsc::UnboundedSender;
 
 use crate::config::{LockConfig, Topology};
 use crate::error::{ErrorKind, LockError};
 use crate::scripts::ScriptCall;
+
+/// How many keys one `SCAN` step looks at.
+const SCAN_COUNT: u32 = 1000;
 
 /// Connections of one service.
 pub(crate) struct Backend {
@@ -232,6 +236,94 @@ impl Backend {
                 Ok(())
             }
             Conn::Sentinel(s) => self.timed("unsubscribe", s.unsubscribe(channels)).await,
+        }
+    }
+
+    /// The hash keys matching `pattern` (a `SCAN MATCH` glob), each once: on the server of
+    /// single and master-slave mode, the current master of sentinel mode, and every master of
+    /// a cluster (a cluster `SCAN` covers one node). `SCAN`, never `KEYS`, so the servers keep
+    /// serving locks while it runs; each step is bounded by `response_timeout`.
+    pub(crate) async fn scan_hashes(&self, pattern: &str) -> Result<Vec<String>, LockError> {
+        let mut keys = std::collections::BTreeSet::new();
+        match &self.conn {
+            Conn::Single(s) => {
+                let con = s.commands.clone();
+                self.scan_node("scan", pattern, &mut keys, |cmd| {
+                    let mut con = con.clone();
+                    async move { cmd.query_async(&mut con).await }
+                })
+                .await?;
+            }
+            Conn::Sentinel(s) => {
+                let con = s.current().commands.clone();
+                let result = self
+                    .scan_node("scan", pattern, &mut keys, |cmd| {
+                        let mut con = con.clone();
+                        async move { cmd.query_async(&mut con).await }
+                    })
+                    .await;
+                s.check(&result);
+                result?;
+            }
+            Conn::Cluster(c) => {
+                let random = RoutingInfo::SingleNode(SingleNodeRoutingInfo::Random);
+                let slots = self
+                    .timed(
+                        "cluster slots",
+                        c.commands
+                            .clone()
+                            .route_command(redis::cmd("CLUSTER").arg("SLOTS").clone(), random),
+                    )
+                    .await?;
+                for (host, port) in cluster::masters(&slots) {
+                    let con = c.commands.clone();
+                    let node = RoutingInfo::SingleNode(SingleNodeRoutingInfo::ByAddress {
+                        host: host.clone(),
+                        port,
+                    });
+                    let what = format!("scan of the cluster master {host}:{port}");
+                    self.scan_node(&what, pattern, &mut keys, |cmd| {
+                        let (mut con, node) = (con.clone(), node.clone());
+                        async move {
+                            let reply = con.route_command(cmd, node).await?;
+                            Ok(redis::from_redis_value(reply)?)
+                        }
+                    })
+                    .await?;
+                }
+            }
+        }
+        Ok(keys.into_iter().collect())
+    }
+
+    /// `SCAN` one node to the end through `send` (which sends one `SCAN` step there).
+    async fn scan_node<F, Fut>(
+        &self,
+        what: &str,
+        pattern: &str,
+        keys: &mut std::collections::BTreeSet<String>,
+        mut send: F,
+    ) -> Result<(), LockError>
+    where
+        F: FnMut(redis::Cmd) -> Fut,
+        Fut: Future<Output = redis::RedisResult<(u64, Vec<String>)>>,
+    {
+        let mut cursor = 0u64;
+        loop {
+            let mut cmd = redis::cmd("SCAN");
+            cmd.arg(cursor)
+                .arg("MATCH")
+                .arg(pattern)
+                .arg("COUNT")
+                .arg(SCAN_COUNT)
+                .arg("TYPE")
+                .arg("hash");
+            let (next, found) = self.timed(what, send(cmd)).await?;
+            keys.extend(found);
+            if next == 0 {
+                return Ok(());
+            }
+            cursor = next;
         }
     }
 

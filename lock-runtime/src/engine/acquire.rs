@@ -39,7 +39,7 @@ impl Inner {
         let started = Instant::now();
         // a wait too long to count in an Instant is forever
         let deadline = wait.and_then(|w| started.checked_add(w));
-        let (kind, label) = (target.kind.event_kind, target.label);
+        let (kind, label) = (target.kind.mode, target.label);
         let mut path = Path::default();
         let result = self
             .acquire_inner(
@@ -158,7 +158,7 @@ impl Inner {
             id,
             done: false,
         };
-        let _waiting = metrics::Waiting::new(kind.event_kind, target.label);
+        let _waiting = metrics::Waiting::new(kind.mode, target.label);
         let mut subscribed = false;
         loop {
             let mut hint = None;
@@ -291,16 +291,17 @@ impl Inner {
         }
     }
 
-    /// Tries every target at once in ONE script call, without waiting: the fast path of a
-    /// multi-key lock whose keys live on one node (one slot in cluster mode). Returns the
-    /// guards when all were granted. Otherwise every grant it may have made is given back (by
-    /// grant id: one never made changes nothing) and it returns `None`: the caller takes the
-    /// keys one by one. A caller that goes away mid-call gives everything back too.
+    /// Tries every target at once in ONE script call, without waiting, in the order given: the
+    /// fast path of a multi-key lock whose keys live on one node (one slot in cluster mode).
+    /// Returns the guards of the targets granted before the first refusal (all of them when
+    /// none was refused); every grant after it is given back (by grant id: one never made
+    /// changes nothing), so the caller goes on in order from the refused target as if it had
+    /// taken the first ones one by one. A caller that goes away mid-call gives everything back.
     pub(crate) async fn try_all_at_once(
         self: &Arc<Self>,
         wanted: Vec<(Target, OwnerId)>,
         lease: Option<Duration>,
-    ) -> Option<Vec<Guard>> {
+    ) -> Vec<Guard> {
         let lease_ms = Self::millis(lease.unwrap_or(self.config.watchdog_timeout()));
         let items: Vec<(Target, OwnerId, OwnerField, GrantId)> = wanted
             .into_iter()
@@ -309,8 +310,8 @@ impl Inner {
                 (target, owner, field, new_grant_id())
             })
             .collect();
-        if items.len() < 2 {
-            return None;
+        if items.is_empty() {
+            return Vec::new();
         }
         let ops: Vec<Op> = items
             .iter()
@@ -319,7 +320,7 @@ impl Inner {
                 owner: field.clone(),
                 grant: grant.clone(),
                 lease_ms,
-                ask: Ask::Grant { horizon_ms: 0 },
+                ask: Ask::Chained,
             })
             .collect();
         let undo: Vec<(Target, OwnerField, GrantId)> = items
@@ -348,16 +349,27 @@ impl Inner {
                 _ => break,
             }
         }
-        if tokens.len() != items.len() {
-            for (target, _, field, grant) in items {
+        // The run stopped at the first refused operation: the later ones were not run. Give
+        // back only what may have been granted: the refused one when it was granted but not
+        // acknowledged by the replicas, everything from it when the call's outcome is unknown.
+        let refused_cleanly = matches!(
+            replies.get(tokens.len()),
+            Some(Ok(synced)) if matches!(
+                parse_attempt(&synced.reply, &items[tokens.len()].0.names),
+                Ok(Attempt::Held { .. })
+            )
+        );
+        let mut items = items;
+        let undo_from = tokens.len();
+        for (target, _, field, grant) in items.drain(undo_from..) {
+            if !refused_cleanly {
                 self.give_back(target, field, grant);
             }
-            return None;
         }
         let watched = lease.is_none();
         let took = sent.elapsed();
         for (target, ..) in &items {
-            let (kind, label) = (target.kind.event_kind, target.label);
+            let (kind, label) = (target.kind.mode, target.label);
             metrics::acquired(
                 kind,
                 label,
@@ -367,33 +379,31 @@ impl Inner {
                 false,
             );
         }
-        Some(
-            items
-                .into_iter()
-                .zip(tokens)
-                .map(|((target, owner, field, grant), token)| {
-                    let cell = self.local.add_new_hold(
-                        &target.names.lock,
-                        target.kind,
-                        &field,
-                        &grant,
-                        watched,
-                        sent,
-                        lease_ms,
-                    );
-                    Guard::new(
-                        self.clone(),
-                        target,
-                        owner,
-                        field,
-                        grant,
-                        token,
-                        lease,
-                        cell,
-                    )
-                })
-                .collect(),
-        )
+        items
+            .into_iter()
+            .zip(tokens)
+            .map(|((target, owner, field, grant), token)| {
+                let cell = self.local.add_new_hold(
+                    &target.names.lock,
+                    target.kind,
+                    &field,
+                    &grant,
+                    watched,
+                    sent,
+                    lease_ms,
+                );
+                Guard::new(
+                    self.clone(),
+                    target,
+                    owner,
+                    field,
+                    grant,
+                    token,
+                    lease,
+                    cell,
+                )
+            })
+            .collect()
     }
 }
 

@@ -70,7 +70,7 @@ impl Op {
         matches!(
             self,
             Op::Acquire {
-                ask: Ask::Grant { .. },
+                ask: Ask::Grant { .. } | Ask::Chained,
                 ..
             } | Op::Release { next: Some(_), .. }
         )
@@ -213,7 +213,7 @@ impl Inner {
         let Some(kind) = ops.first().map(Op::kind) else {
             return Vec::new();
         };
-        crate::metrics::batch(kind.event_kind, ops.len());
+        crate::metrics::batch(kind.mode, ops.len());
         let mut call = ScriptCall::new(self.ops_script(kind), ops.len() * 4);
         for op in ops {
             let names = op.names();
@@ -232,7 +232,7 @@ impl Inner {
                     lease_ms,
                     ask,
                 } => call
-                    .arg("a")
+                    .arg(if *ask == Ask::Chained { "A" } else { "a" })
                     .arg(&**owner)
                     .arg(&**grant)
                     .arg(lease_ms)
@@ -303,6 +303,11 @@ fn op_reply(values: &[Value], op: &Op) -> Result<[i64; 3], LockError> {
         )
         .with_key(user)
     };
+    if let [Value::Int(-2), ..] = values {
+        return Err(failed(
+            "not run: an earlier operation of its all-or-nothing run was not granted".into(),
+        ));
+    }
     if let [Value::Int(-1), message, _] = values {
         return Err(failed(match message {
             Value::BulkString(bytes) => String::from_utf8_lossy(bytes).into_owned(),

@@ -49,7 +49,7 @@ impl Guard {
         let first = !cell.is_described()
             && cell.describe(HoldInfo::new(
                 target.names.user.clone(),
-                target.kind.event_kind,
+                target.kind.mode,
                 target.label,
                 owner.clone(),
                 fence,
@@ -225,7 +225,7 @@ impl Guard {
     /// Records how long the hold was held, when this is its first guard.
     fn record_hold_time(&self) {
         if self.first {
-            let kind = self.target.kind.event_kind;
+            let kind = self.target.kind.mode;
             crate::metrics::released(kind, self.target.label, self.acquired.elapsed());
         }
     }

@@ -21,8 +21,8 @@ pub(crate) struct Kind {
     pub(crate) id: usize,
     /// How logs and errors call a hold of this kind ("lock", "read lock", ...).
     pub(crate) noun: &'static str,
-    /// How events and metrics name the kind.
-    pub(crate) event_kind: crate::events::LockKind,
+    /// What a hold of this kind holds (events, metrics, introspection).
+    pub(crate) mode: crate::inspect::HoldMode,
     /// Why an acquire of this kind waits ("it is held by another owner"), for timeout errors.
     pub(crate) busy: &'static str,
     /// Lua source defining the kind's `acquire` and `release` functions (after the shared

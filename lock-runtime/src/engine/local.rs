@@ -585,6 +585,13 @@ impl Local {
         self.lock().get(key).map_or(0, |s| s.waiters.len())
     }
 
+    /// How many callers of this service wait in line for a hold of `kind` of `key`.
+    pub(crate) fn waiters_of(&self, key: &str, kind: &Kind) -> usize {
+        self.lock()
+            .get(key)
+            .map_or(0, |s| s.waiters.iter().filter(|w| w.kind == kind).count())
+    }
+
     /// Whether anyone in this process waits for `key`.
     pub(crate) fn has_waiters(&self, key: &str) -> bool {
         self.lock().get(key).is_some_and(|s| !s.waiters.is_empty())
@@ -680,7 +687,7 @@ mod tests {
     static TEST_KIND: Kind = Kind {
         id: 0,
         noun: "lock",
-        event_kind: crate::events::LockKind::Lock,
+        mode: crate::inspect::HoldMode::Exclusive,
         busy: "held",
         lua: &[],
         renew: &NO_SCRIPT,

@@ -168,6 +168,9 @@ pub(crate) enum Ask {
     Grant { horizon_ms: u64 },
     /// Confirm (and extend) the owner's grant with this attempt's grant id; never grant.
     Confirm,
+    /// A new grant without waiting, in a run of such operations sent in one call that stops
+    /// at the first one not granted (the later ones are not run).
+    Chained,
 }
 
 impl Ask {
@@ -176,6 +179,7 @@ impl Ask {
         match self {
             Ask::Grant { horizon_ms } => i64::try_from(horizon_ms).unwrap_or(i64::MAX),
             Ask::Confirm => -1,
+            Ask::Chained => 0,
         }
     }
 }

@@ -102,7 +102,7 @@ impl Acquiring {
                     Some(wait) => tokio::time::timeout(wait, entry.lock_owned())
                         .await
                         .map_err(|_| {
-                            let (kind, label) = (target.kind.event_kind, target.label);
+                            let (kind, label) = (target.kind.mode, target.label);
                             let (outcome, took) = (Outcome::TimedOut, started.elapsed());
                             metrics::acquired(kind, label, outcome, None, took, true);
                             inner.timeout_error(target.kind, &target.names, wait)

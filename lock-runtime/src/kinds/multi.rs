@@ -20,12 +20,12 @@ use crate::service::LockService;
 /// A request for several locks at once, built by [`LockService::lock_all`]; awaiting it
 /// acquires all of them or none.
 ///
-/// First all the locks are asked for in one script call when they live on one node (always
-/// outside cluster mode; in cluster mode only when they happen to share a slot, since every
-/// key is its own hash tag): granted together, or whatever was granted is given back at once.
-/// Otherwise, or when one is held, the locks are taken one after another in the order of their
-/// Redis keys (the same order in every process, so no two callers can deadlock), each waiting
-/// for the time left of `wait`. When one cannot be taken in time, the ones already taken are
+/// The locks are taken in the order of their Redis keys, the same in every process, so no two
+/// callers can deadlock. When they live on one node (always outside cluster mode; in cluster
+/// mode only when they happen to share a slot, since every key is its own hash tag), all are
+/// first asked for in one script call without waiting, which stops at the first one refused:
+/// the ones granted before it are kept, the ones after it are not touched. The rest are taken
+/// one after another, each waiting for the time left of `wait`. When one cannot be taken in time, the ones already taken are
 /// released before the error returns. Each key re-enters a hold of
 /// an enclosing locked body like [`LockService::lock`].
 ///
@@ -98,7 +98,10 @@ impl<'a> IntoFuture for MultiRequest<'a> {
                     "lock_all was given no keys",
                 ));
             }
-            // one script call when every key lives on one node: all granted, or given back
+            let deadline = wait.and_then(|w| Instant::now().checked_add(w));
+            let mut guards = Vec::with_capacity(acquirings.len());
+            // one script call when every key lives on one node: the keys granted before the
+            // first refused one are kept (the ones after it given back)
             let inner = acquirings[0].inner().clone();
             let fresh: Option<Vec<_>> = acquirings.iter().map(Acquiring::fresh).collect();
             if let Some(fresh) = fresh
@@ -107,14 +110,14 @@ impl<'a> IntoFuture for MultiRequest<'a> {
                 if let Some((target, _)) = fresh.first() {
                     Inner::check_lease(target.kind, &target.names, lease)?;
                 }
-                if let Some(cores) = inner.try_all_at_once(fresh, lease).await {
-                    let guards = cores.into_iter().map(|core| LockGuard { core }).collect();
+                let taken = inner.try_all_at_once(fresh, lease).await;
+                guards.extend(taken.into_iter().map(|core| LockGuard { core }));
+                if guards.len() == acquirings.len() {
                     return Ok(MultiGuard { guards });
                 }
             }
-            let deadline = wait.and_then(|w| Instant::now().checked_add(w));
-            let mut guards = Vec::with_capacity(acquirings.len());
-            for acquiring in acquirings {
+            // the rest in order, from the first one refused
+            for acquiring in acquirings.into_iter().skip(guards.len()) {
                 let left = deadline.map(|d| d.saturating_duration_since(Instant::now()));
                 match acquiring.run(lease, left).await {
                     Ok(core) => guards.push(LockGuard { core }),
@@ -220,9 +223,21 @@ impl MultiGuard {
     /// # Errors
     /// The first error of the releases (see [`LockGuard::release`]); all are released.
     pub async fn release(self) -> Result<(), LockError> {
+        // all at once: their calls go out together (one round trip, batched when they queue)
+        let releases: Vec<_> = self
+            .guards
+            .into_iter()
+            .map(|guard| tokio::spawn(guard.release()))
+            .collect();
         let mut first = Ok(());
-        for guard in self.guards {
-            if let Err(e) = guard.release().await {
+        for release in releases {
+            let outcome = release.await.unwrap_or_else(|e| {
+                Err(LockError::new(
+                    crate::ErrorKind::Backend,
+                    format!("a release task stopped: {e}"),
+                ))
+            });
+            if let Err(e) = outcome {
                 first = first.and(Err(e));
             }
         }

@@ -25,7 +25,7 @@ pub(crate) static RENEW: LazyLock<Script> =
 pub(crate) static MUTEX: Kind = Kind {
     id: 0,
     noun: "lock",
-    event_kind: crate::events::LockKind::Lock,
+    mode: crate::inspect::HoldMode::Exclusive,
     busy: "it is held by another owner",
     lua: &[
         include_str!("../scripts/mutex/acquire.lua"),
@@ -125,9 +125,9 @@ impl<'a> LockRequest<'a> {
     /// ```
     ///
     /// # Errors
-    /// The errors of acquiring (see [`LockService::lock`]), and [`ErrorKind::Lost`](crate::ErrorKind::Lost) when the
-    /// lock was lost while the body ran: the body is stopped (dropped) at that moment, as
-    /// someone else may hold the lock now.
+    /// The errors of acquiring (see [`LockService::lock`]), and
+    /// [`ErrorKind::Lost`](crate::ErrorKind::Lost) when the lock was lost while the body ran:
+    /// the body is stopped (dropped) at that moment, as someone else may hold the lock now.
     ///
     /// # Cancel safety
     /// Dropping the returned future drops the body and releases the lock in the background.

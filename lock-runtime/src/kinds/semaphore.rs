@@ -30,7 +30,7 @@ static AVAILABLE: LazyLock<Script> =
 pub(crate) static SEMAPHORE: Kind = Kind {
     id: 3,
     noun: "semaphore",
-    event_kind: crate::events::LockKind::Semaphore,
+    mode: crate::inspect::HoldMode::Permits,
     busy: "all its permits are held",
     lua: &[include_str!("../scripts/semaphore/semaphore.lua")],
     renew: &RENEW,

@@ -5,6 +5,8 @@
 -- turn marker (all in the lock's hash tag, so in one cluster slot)
 -- ARGV[1] service id; then six per operation:
 --   'a', owner field, grant id, lease in ms, waiter horizon in ms, kind's extra  (acquire)
+--   'A': like 'a', but the run stops at this operation when it is not granted (or fails): the
+--        operations after it are not run and reply -2, 'not run', 0 (all-or-nothing batches)
 --   'r', owner field, grant id, next owner field or '', its grant id, its lease  (release)
 -- Every kind's acquire replies 1, token, 0 (granted) | 2, token, n (the owner holds it under
 -- this grant id) | 0, ms, 0 (not now; look again in about ms); its release replies 0, 0, 0 (not
@@ -18,7 +20,7 @@
 if #KEYS == 4 then
   -- a lone caller's operation, the common case when there is no load: a failure fails the call,
   -- which is its failure alone, so it goes without the loop and pcall
-  if ARGV[2] == 'a' then
+  if ARGV[2] == 'a' or ARGV[2] == 'A' then
     return {acquire(KEYS[1], KEYS[2], KEYS[3], KEYS[4], ARGV[3], ARGV[4], ARGV[5], ARGV[6],
       ARGV[7])}
   end
@@ -26,10 +28,13 @@ if #KEYS == 4 then
     ARGV[7])}
 end
 local replies = {}
+local stopped = false
 for i = 1, #KEYS / 4 do
   local k, a, n = i * 4 - 3, i * 6 - 4, i * 3
   local ok, code, x, y
-  if ARGV[a] == 'a' then
+  if stopped then
+    ok, code, x, y = true, -2, 'not run', 0
+  elseif ARGV[a] == 'a' or ARGV[a] == 'A' then
     ok, code, x, y = pcall(acquire, KEYS[k], KEYS[k + 1], KEYS[k + 2], KEYS[k + 3],
       ARGV[a + 1], ARGV[a + 2], ARGV[a + 3], ARGV[a + 4], ARGV[a + 5])
   else
@@ -39,6 +44,9 @@ for i = 1, #KEYS / 4 do
   if not ok then
     -- a failed redis.call raises its error as a string (a table with `err` before Redis 7)
     code, x, y = -1, type(code) == 'table' and code.err or tostring(code), 0
+  end
+  if ARGV[a] == 'A' and code ~= 1 and code ~= 2 then
+    stopped = true
   end
   replies[n - 2], replies[n - 1], replies[n] = code, x, y
 end

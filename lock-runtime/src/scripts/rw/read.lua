@@ -24,7 +24,10 @@ local function acquire(lock, fence_key, queue, writers, owner, grant_id, lease, 
     if horizon ~= '0' then
       register_waiter(queue, tonumber(horizon))
     end
-    local hint = 1
+    -- look again when the holds in force run out (a writer's, or the shares a waiting writer
+    -- waits for); a release that frees the lock, and the last waiting writer giving up,
+    -- publish a wake-up before that
+    local hint = math.max(latest - now_ms(), 1)
     if writer then
       hint = math.max(wexp - now_ms(), 1)
     end

@@ -1,0 +1,262 @@
+//! Text and JSON forms of the locks.
+
+use std::fmt::Write;
+use std::time::{Duration, SystemTime, UNIX_EPOCH};
+
+use lock_runtime::{Holder, LockInfo, LockKind};
+use serde_json::{Value, json};
+
+/// What a lock of `kind` is called in sentences: `mutex`, `read-write lock`, `semaphore`.
+pub(crate) fn noun(kind: LockKind) -> &'static str {
+    match kind {
+        LockKind::ReadWrite => "read-write lock",
+        LockKind::Semaphore => "semaphore",
+        _ => "mutex",
+    }
+}
+
+/// `1.2s`, `45.0s`, `3m05s`, `2h10m`, `-` for none.
+pub(crate) fn duration(d: Duration) -> String {
+    let ms = d.as_millis();
+    if ms < 60_000 {
+        format!("{:.1}s", ms as f64 / 1000.0)
+    } else if ms < 3_600_000 {
+        format!("{}m{:02}s", ms / 60_000, ms % 60_000 / 1000)
+    } else {
+        format!("{}h{:02}m", ms / 3_600_000, ms % 3_600_000 / 60_000)
+    }
+}
+
+fn lease(d: Option<Duration>) -> String {
+    d.map_or_else(|| "-".to_owned(), duration)
+}
+
+/// `HH:MM:SS` (UTC) of `at`.
+pub(crate) fn clock(at: SystemTime) -> String {
+    let secs = at.duration_since(UNIX_EPOCH).unwrap_or_default().as_secs();
+    format!(
+        "{:02}:{:02}:{:02}",
+        secs / 3600 % 24,
+        secs / 60 % 60,
+        secs % 60
+    )
+}
+
+/// The kind column: `mutex`, `rw`, `semaphore 3/4` (permits held of all).
+fn kind_label(info: &LockInfo) -> String {
+    match info.kind {
+        LockKind::Semaphore => {
+            let used: u32 = info.holders.iter().filter_map(|h| h.permits).sum();
+            match info.permits {
+                Some(all) => format!("semaphore {used}/{all}"),
+                None => format!("semaphore {used}"),
+            }
+        }
+        kind => kind.to_string(),
+    }
+}
+
+/// The holder column: the first holder (`write:`/`read:` for a read-write lock) and how many
+/// more there are.
+fn holder_label(info: &LockInfo) -> String {
+    let Some(first) = info.holders.first() else {
+        return "-".to_owned();
+    };
+    let mut label = match info.kind {
+        LockKind::ReadWrite => format!("{}:{}", first.mode, first.owner),
+        _ => first.owner.clone(),
+    };
+    if info.holders.len() > 1 {
+        let _ = write!(label, " +{}", info.holders.len() - 1);
+    }
+    label
+}
+
+/// One line per lock under a header; `(no locks held)` when there are none.
+pub(crate) fn table(locks: &[LockInfo]) -> String {
+    if locks.is_empty() {
+        return "(no locks held)\n".to_owned();
+    }
+    let header = [
+        "KEY", "KIND", "HOLDER", "REQUEST", "HOLDS", "LEASE", "FENCE", "WAITING",
+    ]
+    .map(str::to_owned);
+    let rows: Vec<[String; 8]> = locks
+        .iter()
+        .map(|info| {
+            let first = info.holders.first();
+            [
+                info.key.clone(),
+                kind_label(info),
+                holder_label(info),
+                first
+                    .and_then(|h| h.request_id.clone())
+                    .unwrap_or_else(|| "-".to_owned()),
+                info.hold_count.to_string(),
+                lease(first.and_then(|h| h.lease_left)),
+                info.fence.map_or_else(|| "-".to_owned(), |f| f.to_string()),
+                info.waiting_services.to_string(),
+            ]
+        })
+        .collect();
+    let mut widths = header.clone().map(|h| h.chars().count());
+    for row in &rows {
+        for (width, cell) in widths.iter_mut().zip(row) {
+            *width = (*width).max(cell.chars().count());
+        }
+    }
+    let mut out = String::new();
+    for row in std::iter::once(&header).chain(&rows) {
+        let mut line = String::new();
+        for (i, (cell, width)) in row.iter().zip(widths).enumerate() {
+            if i + 1 == row.len() {
+                line.push_str(cell);
+            } else {
+                let _ = write!(line, "{cell:<width$}  ");
+            }
+        }
+        out.push_str(line.trim_end());
+        out.push('\n');
+    }
+    out
+}
+
+fn holder_line(h: &Holder) -> String {
+    let mut line = format!("{} {}", h.mode, h.owner);
+    if let Some(permits) = h.permits {
+        let _ = write!(
+            line,
+            " ({permits} permit{})",
+            if permits == 1 { "" } else { "s" }
+        );
+    }
+    match &h.request_id {
+        Some(request) => {
+            let _ = write!(line, ", request {request}");
+        }
+        None => line.push_str(", no request id"),
+    }
+    let _ = write!(line, ", holds {}", h.hold_count);
+    let _ = write!(line, ", lease left {}", lease(h.lease_left));
+    match &h.instance {
+        Some(instance) => {
+            let _ = write!(line, ", process {instance}");
+        }
+        None => line.push_str(", owner across processes"),
+    }
+    line
+}
+
+/// Everything known about one lock, a few lines.
+pub(crate) fn detail(info: &LockInfo) -> String {
+    let mut out = format!("{} `{}` ({})\n", noun(info.kind), info.key, info.redis_key);
+    let state = if info.is_held() { "held" } else { "free" };
+    let _ = writeln!(out, "  state:          {state}");
+    if let Some(permits) = info.permits {
+        let used: u32 = info.holders.iter().filter_map(|h| h.permits).sum();
+        let _ = writeln!(out, "  permits:        {used} of {permits} held");
+    }
+    let _ = writeln!(out, "  lease left:     {}", lease(info.ttl));
+    let _ = writeln!(
+        out,
+        "  fence:          {} (last issued: {})",
+        info.fence.map_or_else(|| "-".to_owned(), |f| f.to_string()),
+        info.last_fence
+            .map_or_else(|| "none".to_owned(), |f| f.to_string())
+    );
+    let _ = writeln!(
+        out,
+        "  waiting:        {} service{}",
+        info.waiting_services,
+        if info.waiting_services == 1 { "" } else { "s" }
+    );
+    let _ = writeln!(out, "  holders:        {}", info.holders.len());
+    for h in &info.holders {
+        let _ = writeln!(out, "    - {}", holder_line(h));
+    }
+    out
+}
+
+/// What `unlock` removed.
+pub(crate) fn removed(info: &LockInfo) -> String {
+    let mut out = format!(
+        "removed {} `{}` ({}), held by {} holder{}:\n",
+        noun(info.kind),
+        info.key,
+        info.redis_key,
+        info.holders.len(),
+        if info.holders.len() == 1 { "" } else { "s" }
+    );
+    for h in &info.holders {
+        let _ = writeln!(out, "    - {}", holder_line(h));
+    }
+    out
+}
+
+fn millis(d: Option<Duration>) -> Value {
+    d.map_or(Value::Null, |d| json!(d.as_millis() as u64))
+}
+
+/// The JSON object of one lock.
+pub(crate) fn json(info: &LockInfo) -> Value {
+    let holders: Vec<Value> = info
+        .holders
+        .iter()
+        .map(|h| {
+            json!({
+                "owner": h.owner,
+                "request_id": h.request_id,
+                "instance": h.instance,
+                "mode": h.mode.as_str(),
+                "hold_count": h.hold_count,
+                "lease_left_ms": millis(h.lease_left),
+                "permits": h.permits,
+            })
+        })
+        .collect();
+    json!({
+        "key": info.key,
+        "kind": info.kind.as_str(),
+        "redis_key": info.redis_key,
+        "held": info.is_held(),
+        "holders": holders,
+        "hold_count": info.hold_count,
+        "ttl_ms": millis(info.ttl),
+        "fence": info.fence,
+        "last_fence": info.last_fence,
+        "permits": info.permits,
+        "waiting_services": info.waiting_services,
+    })
+}
+
+/// A JSON array with one lock per line.
+pub(crate) fn json_lines(locks: &[LockInfo]) -> String {
+    if locks.is_empty() {
+        return "[]\n".to_owned();
+    }
+    let lines: Vec<String> = locks.iter().map(|i| json(i).to_string()).collect();
+    format!("[\n{}\n]\n", lines.join(",\n"))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn durations_read_well() {
+        assert_eq!(duration(Duration::from_millis(1234)), "1.2s");
+        assert_eq!(duration(Duration::from_secs(185)), "3m05s");
+        assert_eq!(duration(Duration::from_secs(7800)), "2h10m");
+        assert_eq!(lease(None), "-");
+        assert_eq!(
+            clock(UNIX_EPOCH + Duration::from_secs(3600 * 25 + 61)),
+            "01:01:01"
+        );
+    }
+
+    #[test]
+    fn an_empty_list() {
+        assert_eq!(table(&[]), "(no locks held)\n");
+        assert_eq!(json_lines(&[]), "[]\n");
+    }
+}

@@ -1,0 +1,776 @@
+//! The `lockctl` binary against real Redis topologies (single node and cluster) while this test
+//! holds locks of every kind, and its web console in headless Chromium through chromedriver.
+
+use std::io::{BufRead, BufReader};
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Output, Stdio};
+use std::time::{Duration, Instant};
+
+use lock_runtime::{ErrorKind, LockConfig, LockGuard, LockService, Permit, WriteGuard, owner};
+use lock_tests::harness::{Kind, shared, spawn_child, unique_key};
+use serde_json::Value;
+
+const LOCKCTL: &str = env!("CARGO_BIN_EXE_lockctl");
+
+/// A topology with a config file for it and a service holding locks on it.
+struct Fixture {
+    _dir: tempfile::TempDir,
+    config: PathBuf,
+    locks: LockService,
+}
+
+impl Fixture {
+    async fn new(kind: Kind) -> Fixture {
+        let topo = shared(kind).await;
+        let redis = match kind {
+            Kind::Single => format!("mode = \"single\"\nurl = {:?}", topo.url()),
+            Kind::Cluster => format!("mode = \"cluster\"\nnodes = {:?}", topo.node_urls()),
+            other => panic!("no fixture for {other:?}"),
+        };
+        let dir = tempfile::tempdir().unwrap();
+        let config = dir.path().join("lock.toml");
+        // a short watchdog: a watched hold that was force-unlocked learns it within a second
+        let text = format!("[redis]\n{redis}\n\n[lock]\nwatchdog_timeout = \"3s\"\n");
+        std::fs::write(&config, text).unwrap();
+        let locks = LockService::connect(LockConfig::from_file(&config).unwrap())
+            .await
+            .unwrap();
+        Fixture {
+            _dir: dir,
+            config,
+            locks,
+        }
+    }
+
+    /// Runs `lockctl --config <file> args...` with stdin closed.
+    async fn lockctl(&self, args: &[&str]) -> Run {
+        let mut all = vec!["--config", self.config.to_str().unwrap()];
+        all.extend_from_slice(args);
+        lockctl(&all).await
+    }
+}
+
+/// What a run of the binary printed, and its exit code.
+struct Run {
+    code: i32,
+    stdout: String,
+    stderr: String,
+}
+
+impl std::fmt::Debug for Run {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(
+            f,
+            "exit {}\n--- stdout\n{}--- stderr\n{}",
+            self.code, self.stdout, self.stderr
+        )
+    }
+}
+
+async fn lockctl(args: &[&str]) -> Run {
+    let args: Vec<String> = args.iter().map(|a| a.to_string()).collect();
+    let output: Output = tokio::task::spawn_blocking(move || {
+        Command::new(LOCKCTL)
+            .args(&args)
+            .env_remove("LOCK_CONFIG")
+            .stdin(Stdio::null())
+            .output()
+            .expect("run lockctl")
+    })
+    .await
+    .unwrap();
+    Run {
+        code: output.status.code().unwrap_or(-1),
+        stdout: String::from_utf8_lossy(&output.stdout).into_owned(),
+        stderr: String::from_utf8_lossy(&output.stderr).into_owned(),
+    }
+}
+
+/// Polls `check` every 50 ms until it holds; panics naming `what` after `within`.
+async fn eventually<F, Fut>(what: &str, within: Duration, mut check: F)
+where
+    F: FnMut() -> Fut,
+    Fut: std::future::Future<Output = bool>,
+{
+    let deadline = Instant::now() + within;
+    while !check().await {
+        assert!(Instant::now() < deadline, "not within {within:?}: {what}");
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+}
+
+/// Locks of every kind held by this process, each taken for a request.
+struct Held {
+    base: String,
+    mutexes: Vec<(String, LockGuard)>,
+    rw: String,
+    write: WriteGuard,
+    sem: String,
+    permit: Permit,
+}
+
+async fn hold_every_kind(locks: &LockService, mutexes: usize) -> Held {
+    let base = unique_key("ctl");
+    let mut held = Vec::new();
+    for i in 0..mutexes {
+        let key = format!("{base}:goods:{i}");
+        // the chain's label is the request id: the owner is `req-42#<n>`; no lease: watched
+        let guard = owner::chain("req-42", async { locks.lock(&key).await })
+            .await
+            .unwrap();
+        held.push((key, guard));
+    }
+    let rw = format!("{base}:catalog");
+    let write = owner::chain("req-43", async {
+        locks.write(&rw).lease(Duration::from_secs(60)).await
+    })
+    .await
+    .unwrap();
+    let sem = format!("{base}:pdf");
+    let permit = owner::chain("req-44", async {
+        let sem = locks.semaphore(&sem, 4);
+        sem.acquire_many(3).lease(Duration::from_secs(60)).await
+    })
+    .await
+    .unwrap();
+    Held {
+        base,
+        mutexes: held,
+        rw,
+        write,
+        sem,
+        permit,
+    }
+}
+
+fn json_list(run: &Run) -> Vec<Value> {
+    assert_eq!(run.code, 0, "{run:?}");
+    serde_json::from_str(&run.stdout).unwrap_or_else(|e| panic!("{e}: {run:?}"))
+}
+
+fn find<'a>(list: &'a [Value], kind: &str, key: &str) -> &'a Value {
+    list.iter()
+        .find(|l| l["kind"] == kind && l["key"] == key)
+        .unwrap_or_else(|| panic!("no {kind} {key} in {list:#?}"))
+}
+
+async fn cli_scenario(kind: Kind) {
+    let fx = Fixture::new(kind).await;
+    // in a cluster, enough keys that every master has some
+    let mutexes = if kind == Kind::Cluster { 12 } else { 2 };
+    let held = hold_every_kind(&fx.locks, mutexes).await;
+    let pattern = format!("{}*", held.base);
+
+    // list: one line per lock, with holder, request id, lease and fence
+    let run = fx.lockctl(&["list", &pattern]).await;
+    assert_eq!(run.code, 0, "{run:?}");
+    let lines: Vec<&str> = run.stdout.lines().collect();
+    assert!(lines[0].starts_with("KEY"), "{run:?}");
+    assert_eq!(lines.len(), 1 + mutexes + 2, "{run:?}");
+    for (key, guard) in &held.mutexes {
+        let line = lines
+            .iter()
+            .find(|l| l.starts_with(&format!("{key} ")))
+            .unwrap_or_else(|| panic!("{key} not listed: {run:?}"));
+        assert!(line.contains(" mutex "), "{line}");
+        assert!(line.contains("req-42#"), "{line}");
+        assert!(line.contains(" req-42 "), "{line}");
+        assert!(line.contains(&guard.fence().to_string()), "{line}");
+    }
+    let rw_line = lines.iter().find(|l| l.starts_with(&held.rw)).unwrap();
+    assert!(rw_line.contains("write:req-43#"), "{rw_line}");
+    let sem_line = lines.iter().find(|l| l.starts_with(&held.sem)).unwrap();
+    assert!(sem_line.contains("semaphore 3/4"), "{sem_line}");
+    assert!(sem_line.contains("req-44"), "{sem_line}");
+
+    // --json: the same, for machines
+    let list = json_list(&fx.lockctl(&["list", &pattern, "--json"]).await);
+    assert_eq!(list.len(), mutexes + 2);
+    for (key, guard) in &held.mutexes {
+        let lock = find(&list, "mutex", key);
+        let holder = &lock["holders"][0];
+        assert_eq!(holder["request_id"], "req-42", "{lock}");
+        assert!(holder["owner"].as_str().unwrap().starts_with("req-42#"));
+        assert_eq!(holder["owner"], guard.owner().as_str());
+        assert_eq!(lock["fence"], guard.fence());
+        assert!(holder["lease_left_ms"].as_u64().unwrap() > 0, "{lock}");
+    }
+    let rw = find(&list, "rw", &held.rw);
+    assert_eq!(rw["holders"][0]["mode"], "write");
+    assert_eq!(rw["holders"][0]["request_id"], "req-43");
+    assert_eq!(rw["fence"], held.write.fence());
+    let lease = rw["holders"][0]["lease_left_ms"].as_u64().unwrap();
+    assert!((50_000..=60_000).contains(&lease), "{rw}");
+    let sem = find(&list, "semaphore", &held.sem);
+    assert_eq!(sem["permits"], 4);
+    assert_eq!(sem["holders"][0]["permits"], 3);
+    assert_eq!(sem["holders"][0]["request_id"], "req-44");
+
+    // show: everything about one lock; the kind is found when only one is held
+    let run = fx.lockctl(&["show", &held.rw]).await;
+    assert_eq!(run.code, 0, "{run:?}");
+    assert!(
+        run.stdout
+            .starts_with(&format!("read-write lock `{}`", held.rw)),
+        "{run:?}"
+    );
+    assert!(run.stdout.contains("write req-43#"), "{run:?}");
+    assert!(run.stdout.contains("request req-43"), "{run:?}");
+    let run = fx
+        .lockctl(&["show", &held.sem, "--kind", "sem", "--json"])
+        .await;
+    let shown: Value = serde_json::from_str(&run.stdout).unwrap();
+    assert_eq!(shown["holders"][0]["owner"], held.permit.owner().as_str());
+    // a lock nobody holds: 1
+    let run = fx
+        .lockctl(&["show", &format!("{}:nothing", held.base)])
+        .await;
+    assert_eq!(run.code, 1, "{run:?}");
+    assert!(run.stdout.contains("no lock"), "{run:?}");
+    let run = fx.lockctl(&["show", &held.rw, "--kind", "mutex"]).await;
+    assert_eq!(run.code, 1, "{run:?}");
+
+    // unlock: refused without a terminal and without --yes (2), nothing changes
+    let (key, guard) = &held.mutexes[0];
+    let run = fx.lockctl(&["unlock", key]).await;
+    assert_eq!(run.code, 2, "{run:?}");
+    assert!(run.stderr.contains("--yes"), "{run:?}");
+    assert!(fx.locks.is_locked(key).await.unwrap());
+
+    // unlock --yes removes it and says what it removed; the watched holder loses it
+    let run = fx.lockctl(&["unlock", key, "--yes"]).await;
+    assert_eq!(run.code, 0, "{run:?}");
+    assert!(
+        run.stdout.contains(&format!("removed mutex `{key}`")),
+        "{run:?}"
+    );
+    assert!(run.stdout.contains("request req-42"), "{run:?}");
+    assert!(!fx.locks.is_locked(key).await.unwrap());
+    let lost = tokio::time::timeout(Duration::from_secs(5), guard.lost())
+        .await
+        .expect("the holder learns of the force-unlock at its next renewal");
+    assert_eq!(lost.kind(), ErrorKind::Lost, "{lost}");
+    // nothing left to remove: 1
+    let run = fx.lockctl(&["unlock", key, "--yes"]).await;
+    assert_eq!(run.code, 1, "{run:?}");
+    assert!(run.stdout.contains("nothing removed"), "{run:?}");
+
+    // the other kinds: their holders' releases are NotHeld
+    let run = fx
+        .lockctl(&["unlock", &held.rw, "--kind", "rw", "--yes"])
+        .await;
+    assert_eq!(run.code, 0, "{run:?}");
+    assert!(run.stdout.contains("write req-43#"), "{run:?}");
+    let e = held.write.release().await.unwrap_err();
+    assert_eq!(e.kind(), ErrorKind::NotHeld, "{e}");
+    let run = fx.lockctl(&["unlock", &held.sem, "--yes"]).await;
+    assert_eq!(run.code, 0, "{run:?}");
+    assert!(run.stdout.contains("(3 permits)"), "{run:?}");
+    let e = held.permit.release().await.unwrap_err();
+    assert_eq!(e.kind(), ErrorKind::NotHeld, "{e}");
+    assert_eq!(
+        fx.locks.semaphore(&held.sem, 4).available().await.unwrap(),
+        4
+    );
+
+    let list = json_list(&fx.lockctl(&["list", &pattern, "--json"]).await);
+    assert_eq!(list.len(), mutexes - 1, "{list:#?}");
+    for (_, guard) in held.mutexes.into_iter().skip(1) {
+        guard.release().await.unwrap();
+    }
+    let run = fx.lockctl(&["list", &pattern]).await;
+    assert_eq!((run.code, run.stdout.as_str()), (0, "(no locks held)\n"));
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn cli_on_a_single_node() {
+    cli_scenario(Kind::Single).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn cli_on_a_cluster_scans_every_master() {
+    cli_scenario(Kind::Cluster).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn exit_codes_and_messages_for_mistakes() {
+    let dir = tempfile::tempdir().unwrap();
+    // no configuration at all: 2
+    let run = lockctl(&["list"]).await;
+    assert_eq!(run.code, 2, "{run:?}");
+    assert!(run.stderr.contains("--config"), "{run:?}");
+    // a file that is not there, a malformed one: 2, naming the file
+    let missing = dir.path().join("missing.toml");
+    let run = lockctl(&["--config", missing.to_str().unwrap(), "list"]).await;
+    assert_eq!(run.code, 2, "{run:?}");
+    assert!(run.stderr.contains("missing.toml"), "{run:?}");
+    let bad = dir.path().join("bad.toml");
+    std::fs::write(&bad, "[redis]\nmode = \"single\"\nurl = 7\n").unwrap();
+    let run = lockctl(&["--config", bad.to_str().unwrap(), "list"]).await;
+    assert_eq!(run.code, 2, "{run:?}");
+    assert!(run.stderr.contains("redis.url"), "{run:?}");
+    // usage: 2
+    let run = lockctl(&["list", "--bogus"]).await;
+    assert_eq!(run.code, 2, "{run:?}");
+    let run = lockctl(&[
+        "--config",
+        bad.to_str().unwrap(),
+        "show",
+        "k",
+        "--kind",
+        "queue",
+    ])
+    .await;
+    assert_eq!(run.code, 2, "{run:?}");
+    assert!(run.stderr.contains("mutex, rw, semaphore"), "{run:?}");
+
+    // Redis unreachable: 3, and the password in the URL is never printed
+    let port = std::net::TcpListener::bind("127.0.0.1:0")
+        .unwrap()
+        .local_addr()
+        .unwrap()
+        .port(); // closed again: nothing listens there
+    let down = dir.path().join("down.toml");
+    std::fs::write(
+        &down,
+        format!(
+            "[redis]\nmode = \"single\"\nurl = \"redis://ops:s3cret-pw@127.0.0.1:{port}\"\n\
+             connect_timeout = \"500ms\"\n"
+        ),
+    )
+    .unwrap();
+    let run = lockctl(&["--config", down.to_str().unwrap(), "list"]).await;
+    assert_eq!(run.code, 3, "{run:?}");
+    assert!(run.stderr.contains(&format!("127.0.0.1:{port}")), "{run:?}");
+    assert!(!run.stderr.contains("s3cret-pw"), "{run:?}");
+    assert!(!run.stdout.contains("s3cret-pw"), "{run:?}");
+
+    // $LOCK_CONFIG is read when --config is not given
+    let output = tokio::task::spawn_blocking(move || {
+        Command::new(LOCKCTL)
+            .args(["list"])
+            .env("LOCK_CONFIG", &down)
+            .output()
+            .unwrap()
+    })
+    .await
+    .unwrap();
+    assert_eq!(output.status.code(), Some(3));
+}
+
+// ---- the web console -------------------------------------------------------------------------
+
+/// A child process killed (and reaped) when dropped.
+struct Process(Child);
+
+impl Drop for Process {
+    fn drop(&mut self) {
+        let _ = self.0.kill();
+        let _ = self.0.wait();
+    }
+}
+
+/// `lockctl serve` on a free loopback port; returns it and its URL (from its first line).
+async fn serve(config: &Path, extra: &[&str]) -> (Process, String) {
+    let mut cmd = Command::new(LOCKCTL);
+    cmd.arg("--config")
+        .arg(config)
+        .args(["serve", "--listen", "127.0.0.1:0", "--interval", "300ms"])
+        .args(extra)
+        .stdout(Stdio::piped())
+        .stdin(Stdio::null());
+    let mut child = spawn_child(cmd).expect("start lockctl serve");
+    let stdout = child.stdout.take().expect("piped stdout");
+    let process = Process(child);
+    let line = tokio::time::timeout(
+        Duration::from_secs(20),
+        tokio::task::spawn_blocking(move || {
+            let mut line = String::new();
+            BufReader::new(stdout).read_line(&mut line).unwrap();
+            line
+        }),
+    )
+    .await
+    .expect("lockctl serve says where it listens")
+    .unwrap();
+    let url = line
+        .split_whitespace()
+        .find(|w| w.starts_with("http://"))
+        .unwrap_or_else(|| panic!("no URL in {line:?}"))
+        .to_owned();
+    (process, url)
+}
+
+/// One HTTP/1.1 request to the console; the status code and the body.
+async fn http(
+    url: &str,
+    method: &str,
+    path: &str,
+    host: Option<&str>,
+    body: &str,
+) -> (u16, String) {
+    use std::io::{Read, Write};
+    let addr = url
+        .trim_start_matches("http://")
+        .trim_end_matches('/')
+        .to_owned();
+    let request = format!(
+        "{method} {path} HTTP/1.1\r\nHost: {}\r\nContent-Type: application/json\r\n\
+         Content-Length: {}\r\nConnection: close\r\n\r\n{body}",
+        host.unwrap_or(&addr),
+        body.len()
+    );
+    tokio::task::spawn_blocking(move || {
+        let mut stream = std::net::TcpStream::connect(&addr).unwrap();
+        stream
+            .set_read_timeout(Some(Duration::from_secs(10)))
+            .unwrap();
+        stream.write_all(request.as_bytes()).unwrap();
+        let mut answer = String::new();
+        stream.read_to_string(&mut answer).unwrap();
+        let status = answer
+            .split_whitespace()
+            .nth(1)
+            .and_then(|s| s.parse().ok())
+            .unwrap_or(0);
+        let body = answer
+            .split_once("\r\n\r\n")
+            .map(|(_, b)| b.to_owned())
+            .unwrap_or_default();
+        (status, body)
+    })
+    .await
+    .unwrap()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn console_api_without_allow_unlock() {
+    let fx = Fixture::new(Kind::Single).await;
+    let key = unique_key("api");
+    let guard = owner::chain("req-7", async {
+        fx.locks.lock(&key).lease(Duration::from_secs(30)).await
+    })
+    .await
+    .unwrap();
+    let (_serve, url) = serve(&fx.config, &[&format!("{key}*")]).await;
+    assert!(url.starts_with("http://127.0.0.1:"), "{url}");
+
+    let (status, body) = http(&url, "GET", "/api/state", None, "").await;
+    assert_eq!(status, 200, "{body}");
+    let state: Value = serde_json::from_str(&body).unwrap();
+    assert_eq!(state["allow_unlock"], false);
+    let lock = find(state["locks"].as_array().unwrap(), "mutex", &key);
+    assert_eq!(lock["holders"][0]["request_id"], "req-7");
+    assert!(state["now_ms"].as_u64().unwrap() >= state["taken_ms"].as_u64().unwrap());
+
+    // unlock is off: 403, and the lock stays
+    let body = format!(r#"{{"kind":"mutex","key":"{key}"}}"#);
+    let (status, answer) = http(&url, "POST", "/api/unlock", None, &body).await;
+    assert_eq!(status, 403, "{answer}");
+    assert!(answer.contains("--allow-unlock"), "{answer}");
+    assert!(fx.locks.is_locked(&key).await.unwrap());
+    // another Host (a rebound DNS name) is refused
+    let (status, _) = http(&url, "GET", "/api/state", Some("evil.example:80"), "").await;
+    assert_eq!(status, 403);
+    // the page is served from the binary
+    let (status, page) = http(&url, "GET", "/", None, "").await;
+    assert_eq!(status, 200);
+    assert!(page.contains("/console.js"), "{page}");
+    guard.release().await.unwrap();
+
+    // a listen address that is none: a usage error
+    let run = fx.lockctl(&["serve", "--listen", "not-an-address"]).await;
+    assert_eq!(run.code, 2, "{run:?}");
+}
+
+/// Chromium and chromedriver: `$CHROMIUM_BIN` / `$CHROMEDRIVER_BIN`, else found on `PATH`.
+fn browser() -> Option<(PathBuf, PathBuf)> {
+    let find = |var: &str, names: &[&str]| -> Option<PathBuf> {
+        if let Some(path) = std::env::var_os(var) {
+            return Some(PathBuf::from(path)).filter(|p| p.is_file());
+        }
+        let path = std::env::var_os("PATH")?;
+        std::env::split_paths(&path)
+            .flat_map(|dir| names.iter().map(move |n| dir.join(n)))
+            .find(|p| p.is_file())
+    };
+    Some((
+        find(
+            "CHROMIUM_BIN",
+            &["chromium", "chromium-browser", "google-chrome"],
+        )?,
+        find("CHROMEDRIVER_BIN", &["chromedriver"])?,
+    ))
+}
+
+fn free_port() -> u16 {
+    std::net::TcpListener::bind("127.0.0.1:0")
+        .unwrap()
+        .local_addr()
+        .unwrap()
+        .port()
+}
+
+/// chromedriver on a free loopback port, and a WebDriver session of headless Chromium.
+async fn webdriver(
+    chromium: &Path,
+    chromedriver: &Path,
+    profile: &Path,
+) -> (Process, fantoccini::Client) {
+    let port = free_port();
+    let mut cmd = Command::new(chromedriver);
+    cmd.arg(format!("--port={port}"))
+        .stdout(Stdio::null())
+        .stderr(Stdio::null());
+    let driver = Process(spawn_child(cmd).expect("start chromedriver"));
+    let deadline = Instant::now() + Duration::from_secs(20);
+    while std::net::TcpStream::connect(("127.0.0.1", port)).is_err() {
+        assert!(
+            Instant::now() < deadline,
+            "chromedriver did not listen on {port} within 20 s"
+        );
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    let options = serde_json::json!({
+        "binary": chromium,
+        "args": [
+            "--headless=new",
+            "--no-sandbox",
+            "--disable-gpu",
+            "--disable-dev-shm-usage",
+            "--window-size=1280,760",
+            format!("--user-data-dir={}", profile.display()),
+        ],
+    });
+    let mut caps = serde_json::Map::new();
+    caps.insert("goog:chromeOptions".into(), options);
+    let connector = hyper_util::client::legacy::connect::HttpConnector::new();
+    let client = tokio::time::timeout(
+        Duration::from_secs(60),
+        fantoccini::ClientBuilder::new(connector)
+            .capabilities(caps)
+            .connect(&format!("http://127.0.0.1:{port}")),
+    )
+    .await
+    .expect("a browser session within 60 s")
+    .expect("a browser session");
+    (driver, client)
+}
+
+/// The text of the first element matching `css`, read in one script run (the page redraws
+/// its table when the locks change).
+async fn text_of(client: &fantoccini::Client, css: &str) -> String {
+    let script = "const e = document.querySelector(arguments[0]); return e ? e.innerText : null;";
+    let text = client
+        .execute(script, vec![Value::from(css)])
+        .await
+        .unwrap_or_else(|e| panic!("{css}: {e}"));
+    match text {
+        Value::String(text) => text,
+        other => panic!("no {css} on the page ({other})"),
+    }
+}
+
+/// Clicks the element matching `css` (again when the page redrew it meanwhile).
+async fn click(client: &fantoccini::Client, css: &str) {
+    let deadline = Instant::now() + Duration::from_secs(5);
+    loop {
+        let clicked = match client.find(fantoccini::Locator::Css(css)).await {
+            Ok(element) => element.click().await,
+            Err(e) => Err(e),
+        };
+        match clicked {
+            Ok(()) => return,
+            Err(e) => assert!(Instant::now() < deadline, "cannot click {css}: {e}"),
+        }
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+}
+
+/// Seconds in a lease cell (`41.3s`).
+fn seconds(text: &str) -> f64 {
+    text.trim()
+        .strip_suffix('s')
+        .and_then(|s| s.parse().ok())
+        .unwrap_or_else(|| panic!("not a lease in seconds: {text:?}"))
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn console_in_chromium() {
+    let Some((chromium, chromedriver)) = browser() else {
+        assert!(
+            std::env::var_os("CI").is_none(),
+            "CI must run the console test: chromium and chromedriver are missing \
+             (scripts/test.sh installs the Debian packages chromium and chromium-driver)"
+        );
+        eprintln!(
+            "SKIPPED console_in_chromium: chromium / chromedriver not installed (apt-get \
+             install chromium chromium-driver; scripts/test.sh installs them)"
+        );
+        return;
+    };
+    let started = Instant::now();
+    let fx = Fixture::new(Kind::Single).await;
+    let locks = &fx.locks;
+    let base = unique_key("console");
+    let key = format!("{base}:goods:42");
+    let lease = Duration::from_secs(45);
+    let guard = owner::chain("req-42", async { locks.lock(&key).lease(lease).await })
+        .await
+        .unwrap();
+    // something of every kind on the page
+    let job = owner::chain("nightly-report", async {
+        locks.lock(format!("{base}:job:nightly")).await
+    })
+    .await
+    .unwrap();
+    let catalog = format!("{base}:catalog:7");
+    let r1 = owner::chain("req-50", async {
+        locks.read(&catalog).lease(Duration::from_secs(30)).await
+    })
+    .await
+    .unwrap();
+    let r2 = owner::chain("req-51", async {
+        locks.read(&catalog).lease(Duration::from_secs(20)).await
+    })
+    .await
+    .unwrap();
+    let renders = locks.semaphore(format!("{base}:pdf-render"), 4);
+    let permit = owner::chain("req-60", async {
+        renders.acquire_many(2).lease(Duration::from_secs(40)).await
+    })
+    .await
+    .unwrap();
+
+    let (_serve, url) = serve(&fx.config, &["--allow-unlock", &format!("{base}*")]).await;
+    let profile = tempfile::tempdir().unwrap();
+    let (_driver, client) = webdriver(&chromium, &chromedriver, profile.path()).await;
+    let ready = started.elapsed();
+    client.goto(&url).await.unwrap();
+    let row = format!("tr.lock[data-key=\"{key}\"][data-kind=\"mutex\"]");
+    client
+        .wait()
+        .at_most(Duration::from_secs(10))
+        .for_element(fantoccini::Locator::Css(&row))
+        .await
+        .expect("the held lock is shown");
+
+    // the holder and the request it was taken for
+    let owner_text = text_of(&client, &format!("{row} .owner")).await;
+    assert_eq!(owner_text, guard.owner().as_str());
+    assert!(owner_text.starts_with("req-42#"), "{owner_text}");
+    let request = text_of(&client, &format!("{row} .request")).await;
+    assert!(request.contains("req-42"), "{request}");
+    assert!(!request.contains("req-42#"), "{request}");
+
+    // the lease counts down
+    let first = seconds(&text_of(&client, &format!("{row} .lease")).await);
+    assert!(first > 0.0 && first <= lease.as_secs_f64(), "{first}");
+    let deadline = Instant::now() + Duration::from_secs(5);
+    let second = loop {
+        let now = seconds(&text_of(&client, &format!("{row} .lease")).await);
+        if now < first - 0.5 {
+            break now;
+        }
+        assert!(
+            Instant::now() < deadline,
+            "the lease stayed at {now}s (first {first}s)"
+        );
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    };
+    assert!(second > first - 5.0, "{first} -> {second}");
+
+    // changes between refreshes become events
+    r2.release().await.unwrap();
+    let deadline = Instant::now() + Duration::from_secs(5);
+    while !text_of(&client, "#events").await.contains("released") {
+        assert!(Instant::now() < deadline, "no release event");
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    let events = text_of(&client, "#events").await;
+    assert!(events.contains(&format!("rw {catalog}")), "{events}");
+    assert!(events.contains("request req-51"), "{events}");
+
+    let screenshot = client.screenshot().await.unwrap();
+    let target = Path::new(env!("CARGO_TARGET_TMPDIR")).parent().unwrap();
+    let png = target.join("lockctl-console.png");
+    std::fs::write(&png, &screenshot).unwrap();
+    assert!(screenshot.starts_with(b"\x89PNG"), "a PNG screenshot");
+
+    // force-unlock behind a confirmation
+    click(&client, &format!("{row} button.unlock")).await;
+    let confirm = client
+        .find(fantoccini::Locator::Css("#confirm-yes"))
+        .await
+        .unwrap();
+    let deadline = Instant::now() + Duration::from_secs(5);
+    while !confirm.is_displayed().await.unwrap() {
+        assert!(Instant::now() < deadline, "no confirmation dialog");
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    let dialog = text_of(&client, "#confirm-text").await;
+    assert!(
+        dialog.contains(&key) && dialog.contains("req-42"),
+        "{dialog}"
+    );
+    assert!(
+        locks.is_locked(&key).await.unwrap(),
+        "nothing happens before confirming"
+    );
+    confirm.click().await.unwrap();
+    eventually(
+        "the lock is gone on Redis",
+        Duration::from_secs(5),
+        || async { !locks.inspect(&key).await.unwrap().is_held() },
+    )
+    .await;
+    eventually("the page shows it gone", Duration::from_secs(5), || async {
+        client
+            .find_all(fantoccini::Locator::Css(&row))
+            .await
+            .unwrap()
+            .is_empty()
+    })
+    .await;
+    eventually("an unlocked event", Duration::from_secs(5), || async {
+        text_of(&client, "#events").await.contains("unlocked")
+    })
+    .await;
+    let e = guard.release().await.unwrap_err();
+    assert_eq!(e.kind(), ErrorKind::NotHeld, "{e}");
+    let other = text_of(&client, "#lock-rows").await;
+    assert!(
+        other.contains("nightly-report#"),
+        "the other locks stay: {other}"
+    );
+
+    // without --allow-unlock there is no button
+    let (_plain, plain_url) = serve(&fx.config, &[&format!("{base}*")]).await;
+    client.goto(&plain_url).await.unwrap();
+    let job_row = format!("tr.lock[data-key=\"{base}:job:nightly\"]");
+    client
+        .wait()
+        .at_most(Duration::from_secs(10))
+        .for_element(fantoccini::Locator::Css(&job_row))
+        .await
+        .unwrap();
+    let buttons = client
+        .find_all(fantoccini::Locator::Css("button.unlock"))
+        .await
+        .unwrap();
+    assert!(
+        buttons.is_empty(),
+        "force-unlock is offered without --allow-unlock"
+    );
+    client.close().await.unwrap();
+
+    job.release().await.unwrap();
+    r1.release().await.unwrap();
+    permit.release().await.unwrap();
+    eprintln!(
+        "console_in_chromium: browser ready after {:.1}s, whole test {:.1}s; screenshot {}",
+        ready.as_secs_f64(),
+        started.elapsed().as_secs_f64(),
+        png.display()
+    );
+}
