@@ -2,11 +2,11 @@
 //!
 //! [`LockService::events`](crate::LockService::events) hands out a receiver of every
 //! [`LockEvent`] of the service: renewals, renewals that failed, holds lost (and why), and
-//! force-unlocks made through it. A holder interested in its own hold filters by
-//! [`key`](LockEvent::key) and [`fence`](LockEvent::fence), or awaits its guard's `lost()`,
-//! which fires at the same moment as the [`LockEvent::Lost`] of that hold (or earlier: at the
-//! hold's validity deadline, which the service notices within a second when nobody awaits
-//! `lost()`).
+//! force-unlocks made through it (`force_unlock`, `force_unlock_kind`). A holder interested
+//! in its own hold filters by [`key`](LockEvent::key) and [`fence`](LockEvent::fence), or
+//! awaits its guard's `lost()`, which fires at the same moment as the [`LockEvent::Lost`] of
+//! that hold (or earlier: at the hold's validity deadline, which the service notices within a
+//! second when nobody awaits `lost()`).
 //!
 //! ```no_run
 //! use lock_runtime::{LockEvent, LockService};
@@ -110,8 +110,9 @@ impl fmt::Display for LossReason {
 /// Something that happened to a lock of a service; from [`LockService::events`](crate::LockService::events).
 ///
 /// `key` is the key as it was asked for, `kind` and `mode` what lock and hold it is, `fence`
-/// the fencing token of the hold, `owner` its owner, `label` its metric label (the attribute's key template such as `goods:<id>`, the
-/// request's [`metric_label`](crate::LockRequest::metric_label), or `other`).
+/// the fencing token of the hold, `owner` its owner, `label` its metric label (the
+/// attribute's key template such as `goods:<id>`, the request's
+/// [`metric_label`](crate::LockRequest::metric_label), or `other`).
 #[derive(Debug, Clone, PartialEq, Eq)]
 #[non_exhaustive]
 pub enum LockEvent {
