@@ -9,6 +9,7 @@
 //! | `GET /goods/{id}` | `{"goods": .., "stock": .., "sold": ..}` |
 //! | `GET /about` | `{"instance": .., "framework": "axum", "checkout_ms": .., "lock": {..}}` |
 //! | `GET /health` | `ok` |
+//! | `GET /metrics` | the lock metrics in Prometheus's text format (added by [`prometheus::route`](crate::prometheus::route); `shop-axum` serves it) |
 //!
 //! Every request runs in its own lock-owner scope ([`OwnerScopeLayer`]); lock errors answer
 //! with the library's JSON (409 `lock_timeout`, 503 `lock_unavailable`, ...).

@@ -2,7 +2,7 @@
 //!
 //! | binary | what |
 //! |---|---|
-//! | `shop-axum` | the shop on axum ([`axum_shop`]): `POST /goods/{id}/buy` under `#[distributed_lock]` |
+//! | `shop-axum` | the shop on axum ([`axum_shop`]): `POST /goods/{id}/buy` under `#[distributed_lock]`; the lock metrics on `GET /metrics` ([`prometheus`]) and lost locks on stderr |
 //! | `shop-actix` | the same shop on actix-web ([`actix_shop`]) |
 //! | `loadgen` | fires concurrent purchases at shop instances and reports ([`loadgen`]) |
 //! | `fine-grained` | [`LockService`](lock_runtime::LockService) used directly around a small section |
@@ -29,6 +29,7 @@ pub mod actix_shop;
 pub mod args;
 pub mod axum_shop;
 pub mod loadgen;
+pub mod prometheus;
 pub mod segmented;
 pub mod setup;
 pub mod shop;

@@ -4,7 +4,7 @@ use proc_macro2::{Literal, Span, TokenStream};
 use quote::{quote, quote_spanned};
 use syn::spanned::Spanned;
 use syn::visit::Visit;
-use syn::{Error, GenericArgument, ItemFn, PathArguments, ReturnType, Type};
+use syn::{Error, GenericArgument, ItemFn, LitStr, PathArguments, ReturnType, Type};
 
 use crate::args::{KindArg, LockArgs, LocksArg, OnLostArg};
 use crate::duration::WaitArg;
@@ -71,6 +71,7 @@ fn with_error(item: TokenStream, error: Error) -> TokenStream {
 //             lease: ::core::option::Option::Some(krate::__private::Duration::from_millis(5000u64)),
 //             wait: krate::__private::Wait::For(krate::__private::Duration::from_millis(2000u64)),
 //             on_lost: krate::__private::OnLost::Fail,
+//             metric_label: "goods:<id>",                              // the key as written
 //         };
 //         krate::__private::run_locked(__lock_spec, async move {        // span: `AppError`
 //             #[allow(unreachable_code, ..)]
@@ -89,6 +90,7 @@ fn with_error(item: TokenStream, error: Error) -> TokenStream {
 //         let __lock_keys = ::std::vec![::std::format!("account:{}", ..), ::std::format!(..)];
 //         let __lock_spec = krate::__private::LockSpec {
 //             locks: krate::__private::Locks::All(__lock_keys),
+//             metric_label: "account:<from>,account:<to>",
 //             ..
 //         };
 //
@@ -174,6 +176,9 @@ fn expand(args: TokenStream, function: &ItemFn) -> syn::Result<TokenStream> {
             quote!(#private::Locks::All(#keys_var)),
         ),
     };
+    // the templates as written name the lock in metrics: `keys = [..]` joins them
+    let label_text: Vec<String> = args.key_literals().map(LitStr::value).collect();
+    let metric_label = LitStr::new(&label_text.join(","), Span::call_site());
     let lease = match args.lease_millis {
         Some(millis) => {
             let millis = Literal::u64_suffixed(millis);
@@ -288,6 +293,7 @@ fn expand(args: TokenStream, function: &ItemFn) -> syn::Result<TokenStream> {
             lease: #lease,
             wait: #wait,
             on_lost: #on_lost,
+            metric_label: #metric_label,
         };
         #run
     };

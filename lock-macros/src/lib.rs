@@ -200,6 +200,10 @@ use proc_macro::TokenStream;
 /// such as `"{order}:<id>"` is kept. The key is built before the body runs, from borrows of
 /// the arguments.
 ///
+/// The template as written (`goods:<id>`; with `keys`, the templates joined with `,`) names the
+/// lock in metrics and events (the `key` label of `lock_runtime::metrics`): one time series
+/// per annotated fn, never one per goods.
+///
 /// # Requirements
 ///
 /// - An `async fn` with a body: a free fn, a method with any receiver, generic, with
@@ -228,7 +232,11 @@ use proc_macro::TokenStream;
 ///
 /// ```ignore
 /// let __lock_key = ::std::format!("goods:{}", ToString::to_string(__private::key_part(&id)));
-/// let __lock_spec = __private::LockSpec { locks: __private::Locks::Lock(__lock_key), .. };
+/// let __lock_spec = __private::LockSpec {
+///     locks: __private::Locks::Lock(__lock_key),
+///     metric_label: "goods:<id>",
+///     ..
+/// };
 /// __private::run_locked(__lock_spec, async move { /* body */ }).await
 /// ```
 ///

@@ -44,6 +44,9 @@ pub struct LockSpec {
     pub lease: Option<Duration>,
     pub wait: Wait,
     pub on_lost: OnLost,
+    /// The key template as written (`"goods:<id>"`; `keys = [..]`: the templates joined with
+    /// `,`): the lock's bounded name in metrics and events.
+    pub metric_label: &'static str,
 }
 
 /// Acquires through the global registry, runs `body` as the locked body of this call chain (lock
@@ -68,10 +71,10 @@ where
         OnLost::Fail => context::OnLost::Fail,
         OnLost::Continue => context::OnLost::Continue,
     };
-    let lease = spec.lease;
+    let (lease, label) = (spec.lease, spec.metric_label);
     match spec.locks {
         Locks::Lock(key) => {
-            let mut request = service.lock(key).wait_at_most(wait);
+            let mut request = service.lock(key).wait_at_most(wait).metric_label(label);
             if let Some(lease) = lease {
                 request = request.lease(lease);
             }
@@ -79,15 +82,18 @@ where
             context::run_body(guard.core, on_lost, body).await?
         }
         Locks::Read(key) => {
-            let core = rw_core(service.read(key), lease, wait).await?;
+            let core = rw_core(service.read(key).metric_label(label), lease, wait).await?;
             context::run_body(core, on_lost, body).await?
         }
         Locks::Write(key) => {
-            let core = rw_core(service.write(key), lease, wait).await?;
+            let core = rw_core(service.write(key).metric_label(label), lease, wait).await?;
             context::run_body(core, on_lost, body).await?
         }
         Locks::All(keys) => {
-            let mut request = service.lock_all(keys).wait_at_most(wait);
+            let mut request = service
+                .lock_all(keys)
+                .wait_at_most(wait)
+                .metric_label(label);
             if let Some(lease) = lease {
                 request = request.lease(lease);
             }

@@ -478,6 +478,10 @@ impl LockService {
             holders = removed.holders.len(),
             "lock force-unlocked"
         );
+        self.inner.events.send(crate::LockEvent::ForceUnlocked {
+            key: names.user.clone(),
+            kind,
+        });
         Ok(Some(removed))
     }
 

@@ -129,6 +129,16 @@
 //! | `tower` | no | `middleware::tower`: a lock-owner scope per request for axum / tower, request ids, `IntoResponse` for [`LockError`] |
 //! | `actix-web` | no | `middleware::actix`: the same for actix-web, `ResponseError` for [`LockError`] |
 //! | `tls` | no | `rediss://` URLs with a custom CA and client certificates (mutual TLS), through rustls (no OpenSSL); see [`TlsConfig`] and [`config`](config#tls) |
+//! | `metrics` | no | acquire, wait and hold times, grants, timeouts, losses, renewals, waiters and Redis calls through the [`metrics`](https://docs.rs/metrics/0.24) facade: see [`metrics`] for the names; the application installs the recorder |
+//!
+//! # Observing the locks
+//!
+//! [`LockService::events`] is a broadcast of what happens to held locks ([`LockEvent`]:
+//! renewed, renewal failed, lost with its [`LossReason`], force-unlocked); [`metrics`] lists
+//! the metrics recorded with the `metrics` feature, labelled with the lock's kind and a bounded
+//! name (the attribute's key template, or a request's
+//! [`metric_label`](LockRequest::metric_label)); `tracing` logs each grant at `DEBUG` and
+//! renewal failures, losses and force-unlocks at `WARN` / `ERROR` (see [`events`]).
 //!
 //! # Topologies
 //!
@@ -164,10 +174,12 @@ mod detach;
 mod driver;
 mod engine;
 mod error;
+pub mod events;
 /// Fenced writes: data that rejects a write from a holder whose lock has passed to someone else.
 pub mod fenced;
 pub mod inspect;
 mod kinds;
+pub mod metrics;
 #[cfg(any(feature = "tower", feature = "actix-web"))]
 #[cfg_attr(docsrs, doc(cfg(any(feature = "tower", feature = "actix-web"))))]
 pub mod middleware;
@@ -179,6 +191,7 @@ mod service;
 pub use config::{DefaultWait, LockConfig, TlsConfig, Topology};
 pub use context::{Held, current_fence, current_lock_key};
 pub use error::{ErrorKind, LockError};
+pub use events::{LockEvent, LossReason};
 pub use inspect::{HoldMode, Holder, LockKind};
 pub use kinds::multi::{MultiGuard, MultiRequest};
 pub use kinds::mutex::{LockGuard, LockRequest};

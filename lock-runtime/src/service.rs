@@ -130,6 +130,30 @@ impl LockService {
             .is_some())
     }
 
+    /// A receiver of what happens to this service's locks from now on: renewals, failed
+    /// renewals, holds lost (with the reason) and force-unlocks (see [`events`](crate::events)).
+    ///
+    /// Every receiver gets every event (a broadcast channel); one that falls more than
+    /// [`CAPACITY`](crate::events::CAPACITY) events behind loses the oldest and is told how
+    /// many. Dropping it unsubscribes. The events of a single hold are easiest had from its
+    /// guard: `lost()` resolves when it is lost.
+    ///
+    /// ```no_run
+    /// # async fn demo(locks: lock_runtime::LockService) {
+    /// use lock_runtime::LockEvent;
+    ///
+    /// let mut events = locks.events();
+    /// while let Ok(event) = events.recv().await {
+    ///     if let LockEvent::Lost { key, reason, .. } = &event {
+    ///         eprintln!("lock {key} lost: {reason}");
+    ///     }
+    /// }
+    /// # }
+    /// ```
+    pub fn events(&self) -> tokio::sync::broadcast::Receiver<crate::LockEvent> {
+        self.inner.events.subscribe()
+    }
+
     /// The state of the lock `key` on Redis: holder, hold count, remaining lease, fencing
     /// tokens and how many services wait for it. This is the mutex `key`;
     /// [`inspect_kind`](Self::inspect_kind) looks at a lock of any kind and

@@ -1,8 +1,13 @@
-//! The flash-sale shop on axum; see `lock_examples::axum_shop`.
+//! The flash-sale shop on axum; see `lock_examples::axum_shop`. Serves the lock metrics on
+//! `GET /metrics` (`lock_examples::prometheus`) and prints each lock it loses to stderr
+//! (`LockService::events`).
 
 use lock_examples::args::Args;
 use lock_examples::axum_shop::{Shop, router};
+use lock_examples::prometheus;
 use lock_examples::setup::{SHOP_OPTIONS, SHOP_USAGE, ShopSetup, announce};
+use lock_runtime::LockEvent;
+use tokio::sync::broadcast::error::RecvError;
 
 #[tokio::main]
 async fn main() {
@@ -14,7 +19,10 @@ async fn main() {
 }
 
 async fn run(args: &Args) -> Result<(), String> {
+    let metrics = prometheus::install()?;
     let setup = ShopSetup::from_args(args).await?;
+    let locks = lock_runtime::global().await.map_err(|e| e.to_string())?;
+    tokio::spawn(report_losses(locks.events()));
     let listener = tokio::net::TcpListener::bind(setup.listen)
         .await
         .map_err(|e| format!("bind {}: {e}", setup.listen))?;
@@ -27,7 +35,23 @@ async fn run(args: &Args) -> Result<(), String> {
             .into(),
     };
     announce(addr);
-    axum::serve(listener, router(shop, setup.scope))
+    let app = prometheus::route(router(shop, setup.scope), metrics);
+    axum::serve(listener, app)
         .await
         .map_err(|e| format!("serve: {e}"))
+}
+
+/// Prints every lock this shop loses while holding it (a purchase outlived its 5 s lease, or
+/// someone force-unlocked it).
+async fn report_losses(mut events: tokio::sync::broadcast::Receiver<LockEvent>) {
+    loop {
+        match events.recv().await {
+            Ok(LockEvent::Lost {
+                key, fence, reason, ..
+            }) => eprintln!("shop-axum: lost the lock {key} (token {fence}): {reason}"),
+            Ok(_) => {}
+            Err(RecvError::Lagged(missed)) => eprintln!("shop-axum: {missed} lock events missed"),
+            Err(RecvError::Closed) => return,
+        }
+    }
 }

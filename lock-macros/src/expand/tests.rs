@@ -40,6 +40,7 @@ fn body_runs_inside_run_locked_after_the_key_is_built() {
                     ::lock_runtime::__private::Duration::from_millis(2000u64)
                 ),
                 on_lost: ::lock_runtime::__private::OnLost::Fail,
+                metric_label: "goods:<id>",
             };
             ::lock_runtime::__private::run_locked(__lock_spec, async move {
                 #[allow(

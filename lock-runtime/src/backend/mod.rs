@@ -109,10 +109,21 @@ impl Backend {
         matches!(self.conn, Conn::Cluster(_))
     }
 
-    /// Runs a script and converts its reply; `what` names the operation in errors.
+    /// Runs a script and converts its reply; `what` names the operation in errors and in the
+    /// script call metrics.
     pub(crate) async fn run<T: FromRedisValue>(
         &self,
-        what: &str,
+        what: &'static str,
+        call: &ScriptCall<'_>,
+    ) -> Result<T, LockError> {
+        let result = self.run_unmetered(what, call).await;
+        crate::metrics::script_call(what, result.is_ok());
+        result
+    }
+
+    async fn run_unmetered<T: FromRedisValue>(
+        &self,
+        what: &'static str,
         call: &ScriptCall<'_>,
     ) -> Result<T, LockError> {
         match &self.conn {
@@ -142,7 +153,7 @@ impl Backend {
     /// on the same connection in the same round trip.
     pub(crate) async fn run_synced<T: FromRedisValue>(
         &self,
-        what: &str,
+        what: &'static str,
         call: &ScriptCall<'_>,
     ) -> Result<Synced<T>, LockError> {
         let Some((replicas, timeout)) = self.sync else {
@@ -152,7 +163,27 @@ impl Backend {
                 acknowledged: true,
             });
         };
-        let (reply, acks) = match &self.conn {
+        let result = self
+            .waited_for_replicas(what, call, replicas, timeout)
+            .await;
+        crate::metrics::script_call(what, result.is_ok());
+        let (reply, acks) = result?;
+        Ok(Synced {
+            reply,
+            acknowledged: acks >= i64::from(replicas),
+        })
+    }
+
+    /// Runs a script followed by `WAIT replicas timeout`; returns its reply and the replicas
+    /// that acknowledged.
+    async fn waited_for_replicas<T: FromRedisValue>(
+        &self,
+        what: &'static str,
+        call: &ScriptCall<'_>,
+        replicas: u32,
+        timeout: Duration,
+    ) -> Result<(T, i64), LockError> {
+        Ok(match &self.conn {
             Conn::Single(s) => {
                 let mut con = s.synced_connection();
                 self.timed(what, with_wait(&mut con, call, replicas, timeout))
@@ -174,10 +205,6 @@ impl Backend {
                 s.check(&result);
                 result?
             }
-        };
-        Ok(Synced {
-            reply,
-            acknowledged: acks >= i64::from(replicas),
         })
     }
 

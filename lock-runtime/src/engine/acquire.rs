@@ -14,7 +14,8 @@ use super::guard::Guard;
 use super::local::{GrantId, OwnerField, Turn, new_grant_id};
 use super::{Ask, Attempt, Inner, Target, owner_field, parse_attempt, replica_sync_error};
 use crate::detach::Detachable;
-use crate::error::LockError;
+use crate::error::{ErrorKind, LockError};
+use crate::metrics::{self, How, Outcome};
 use crate::owner::OwnerId;
 use crate::scripts::{self, ScriptCall};
 
@@ -38,6 +39,8 @@ impl Inner {
         let started = Instant::now();
         // a wait too long to count in an Instant is forever
         let deadline = wait.and_then(|w| started.checked_add(w));
+        let (kind, label) = (target.kind.mode, target.label);
+        let mut path = Path::default();
         let result = self
             .acquire_inner(
                 target,
@@ -45,13 +48,28 @@ impl Inner {
                 lease,
                 deadline,
                 wait.unwrap_or(Duration::MAX),
+                &mut path,
             )
             .instrument(span.clone())
             .await;
-        span.record("waited_ms", started.elapsed().as_millis() as u64);
-        if let Ok(guard) = &result {
-            span.record("fence", guard.fence());
-        }
+        let took = started.elapsed();
+        span.record("waited_ms", took.as_millis() as u64);
+        let outcome = match &result {
+            Ok(guard) => {
+                span.record("fence", guard.fence());
+                let how = match path.how {
+                    How::Attempt => "granted",
+                    How::HandOff => "handed off",
+                    How::Reentry => "re-entered",
+                };
+                tracing::debug!(parent: &span, fence = guard.fence(), waited_ms = took.as_millis() as u64, how, "lock acquired");
+                Outcome::Granted
+            }
+            Err(e) if e.kind() == ErrorKind::Timeout => Outcome::TimedOut,
+            Err(_) => Outcome::Error,
+        };
+        let how = result.is_ok().then_some(path.how);
+        metrics::acquired(kind, label, outcome, how, took, path.waited);
         result
     }
 
@@ -62,6 +80,7 @@ impl Inner {
         lease: Option<Duration>,
         deadline: Option<Instant>,
         wait: Duration,
+        path: &mut Path,
     ) -> Result<Guard, LockError> {
         let names = &target.names;
         let kind = target.kind;
@@ -99,6 +118,7 @@ impl Inner {
                         self.local
                             .add_guard(&names.lock, &grant, watched, sent, lease_ms)
                     {
+                        path.how = How::Reentry;
                         return Ok(guard(self, token, &grant, cell));
                     }
                 }
@@ -138,12 +158,14 @@ impl Inner {
             id,
             done: false,
         };
+        let _waiting = metrics::Waiting::new(kind.mode, target.label);
         let mut subscribed = false;
         loop {
             let mut hint = None;
             match self.local.turn(&names.lock, id) {
                 Turn::Granted { token, since } => {
                     ticket.done = true;
+                    path.how = How::HandOff;
                     let cell = self.local.leave_granted(&names.lock, id, since);
                     return Ok(guard(self, token, &grant, cell));
                 }
@@ -197,6 +219,7 @@ impl Inner {
                 ticket.leave_now().await;
                 return Err(self.timeout_error(kind, names, wait));
             }
+            path.waited = true;
             wait_for(&wake, hint, deadline).await;
         }
     }
@@ -344,6 +367,18 @@ impl Inner {
             }
         }
         let watched = lease.is_none();
+        let took = sent.elapsed();
+        for (target, ..) in &items {
+            let (kind, label) = (target.kind.mode, target.label);
+            metrics::acquired(
+                kind,
+                label,
+                Outcome::Granted,
+                Some(How::Attempt),
+                took,
+                false,
+            );
+        }
         items
             .into_iter()
             .zip(tokens)
@@ -369,6 +404,23 @@ impl Inner {
                 )
             })
             .collect()
+    }
+}
+
+/// How an acquire went, for its metrics.
+#[derive(Debug)]
+struct Path {
+    how: How,
+    /// It found the lock busy and waited.
+    waited: bool,
+}
+
+impl Default for Path {
+    fn default() -> Self {
+        Path {
+            how: How::Attempt,
+            waited: false,
+        }
     }
 }
 

@@ -213,6 +213,7 @@ impl Inner {
         let Some(kind) = ops.first().map(Op::kind) else {
             return Vec::new();
         };
+        crate::metrics::batch(kind.mode, ops.len());
         let mut call = ScriptCall::new(self.ops_script(kind), ops.len() * 4);
         for op in ops {
             let names = op.names();

@@ -9,6 +9,7 @@ use tracing::Instrument;
 use super::local::{GrantId, HoldCell, OwnerField, valid_until};
 use super::{Inner, KeyNames, Released, Target};
 use crate::error::{ErrorKind, LockError};
+use crate::events::{HoldInfo, LossReason};
 use crate::owner::OwnerId;
 use crate::scripts::ScriptCall;
 
@@ -29,6 +30,8 @@ pub(crate) struct Guard {
     released: bool,
     /// For a re-entry of an enclosing body's hold: its entry, taken while this guard lives.
     entry: Option<tokio::sync::OwnedMutexGuard<()>>,
+    /// The hold's first guard (the others re-enter it): its release ends the hold time.
+    first: bool,
 }
 
 impl Guard {
@@ -43,6 +46,15 @@ impl Guard {
         lease: Option<Duration>,
         cell: Arc<HoldCell>,
     ) -> Self {
+        let first = !cell.is_described()
+            && cell.describe(HoldInfo::new(
+                target.names.user.clone(),
+                target.kind.mode,
+                target.label,
+                owner.clone(),
+                fence,
+                inner.events.sender(),
+            ));
         Guard {
             inner,
             target,
@@ -55,6 +67,7 @@ impl Guard {
             acquired: Instant::now(),
             released: false,
             entry: None,
+            first,
         }
     }
 
@@ -105,6 +118,7 @@ impl Guard {
                 () = self.cell.cancelled() => break "it was found gone or force-unlocked",
                 () = tokio::time::sleep_until(until.into()) => {
                     if Instant::now() >= self.cell.valid_until() {
+                        self.cell.report_lost(LossReason::LeaseRanOut);
                         break match self.lease {
                             Some(_) => "its lease ran out",
                             None => "it could not be renewed before its lease ran out",
@@ -127,6 +141,7 @@ impl Guard {
     /// Releases this guard (the grant on Redis with its last guard) and waits for Redis.
     pub(crate) async fn release(mut self) -> Result<(), LockError> {
         self.released = true;
+        self.record_hold_time();
         let span = self.release_span();
         let task = self.inner.release_now(
             self.target.clone(),
@@ -207,6 +222,14 @@ impl Guard {
         self.lease.is_none()
     }
 
+    /// Records how long the hold was held, when this is its first guard.
+    fn record_hold_time(&self) {
+        if self.first {
+            let kind = self.target.kind.mode;
+            crate::metrics::released(kind, self.target.label, self.acquired.elapsed());
+        }
+    }
+
     fn release_span(&self) -> tracing::Span {
         tracing::info_span!(
             "lock.release",
@@ -224,6 +247,7 @@ impl Drop for Guard {
         if self.released {
             return;
         }
+        self.record_hold_time();
         let span = self.release_span();
         let _enter = span.enter();
         tracing::debug!("guard dropped without release(); releasing in the background");

@@ -1,12 +1,13 @@
 //! Holds in this process: grants (generations) with their guards and validity deadlines.
 
-use std::sync::{Arc, Mutex};
+use std::sync::{Arc, Mutex, OnceLock};
 use std::time::{Duration, Instant};
 
 use tokio_util::sync::CancellationToken;
 
 use super::Kind;
 use super::local::{GrantId, KeyState, OwnerField};
+use crate::events::{HoldInfo, LossReason};
 
 /// How long a hold is valid for here: the lease counted from when the grant or renewal was
 /// *sent*, less a margin for clock drift between this process and Redis (1% + 2 ms, as in
@@ -23,6 +24,8 @@ pub(crate) fn valid_until(sent: Instant, lease_ms: u64) -> Instant {
 pub(crate) struct HoldCell {
     pub(super) lost: CancellationToken,
     valid_until: Mutex<Instant>,
+    /// What events and metrics say about the hold, set by its first guard.
+    info: OnceLock<HoldInfo>,
 }
 
 impl HoldCell {
@@ -30,7 +33,30 @@ impl HoldCell {
         Arc::new(HoldCell {
             lost: CancellationToken::new(),
             valid_until: Mutex::new(valid_until),
+            info: OnceLock::new(),
         })
+    }
+
+    /// Whether the hold has been described (it has a guard).
+    pub(crate) fn is_described(&self) -> bool {
+        self.info.get().is_some()
+    }
+
+    /// Describes the hold for events and metrics; `false` when it already was.
+    pub(crate) fn describe(&self, info: HoldInfo) -> bool {
+        self.info.set(info).is_ok()
+    }
+
+    /// The hold's description, once a guard gave it one.
+    pub(crate) fn info(&self) -> Option<&HoldInfo> {
+        self.info.get()
+    }
+
+    /// Reports the loss of the hold (once; holds that never had a guard are not reported).
+    pub(crate) fn report_lost(&self, reason: LossReason) {
+        if let Some(info) = self.info.get() {
+            info.lost(reason);
+        }
     }
 
     /// Until when the hold is valid, as far as is known now.
@@ -114,6 +140,7 @@ pub(super) fn add_hold(
         .filter(|h| h.owner == *owner && h.grant != *grant)
     {
         if !hold.live(now) {
+            hold.cell.report_lost(LossReason::LeaseRanOut);
             hold.cell.lost.cancel();
         }
     }

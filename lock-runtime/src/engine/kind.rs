@@ -21,6 +21,8 @@ pub(crate) struct Kind {
     pub(crate) id: usize,
     /// How logs and errors call a hold of this kind ("lock", "read lock", ...).
     pub(crate) noun: &'static str,
+    /// What a hold of this kind holds (events, metrics, introspection).
+    pub(crate) mode: crate::inspect::HoldMode,
     /// Why an acquire of this kind waits ("it is held by another owner"), for timeout errors.
     pub(crate) busy: &'static str,
     /// Lua source defining the kind's `acquire` and `release` functions (after the shared

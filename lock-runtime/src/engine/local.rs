@@ -19,6 +19,7 @@ use tokio::sync::Notify;
 use super::Kind;
 use super::holds::{Hold, add_hold};
 pub(crate) use super::holds::{HoldCell, valid_until};
+use crate::events::LossReason;
 
 /// A lock key as stored on Redis (prefix and hash tag applied).
 pub(crate) type LockKey = Arc<str>;
@@ -135,6 +136,8 @@ pub(crate) struct Renewal {
     pub(crate) key: LockKey,
     pub(crate) owner: OwnerField,
     pub(crate) grant: GrantId,
+    /// The hold's cell (events and metrics of the renewal).
+    pub(crate) cell: Arc<HoldCell>,
 }
 
 impl Local {
@@ -224,6 +227,7 @@ impl Local {
         };
         if let Some(i) = state.holds.iter().position(|h| &*h.grant == grant) {
             let hold = state.holds.swap_remove(i);
+            hold.cell.report_lost(LossReason::FoundGone);
             hold.cell.lost.cancel();
         }
         wake_front(state);
@@ -260,6 +264,7 @@ impl Local {
                     // a dead generation: Redis may already have granted the lock to someone
                     // else; its guards are lost and their release touches nothing
                     let hold = state.holds.swap_remove(i);
+                    hold.cell.report_lost(LossReason::LeaseRanOut);
                     hold.cell.lost.cancel();
                     if state.is_idle() {
                         keys.remove(key);
@@ -528,6 +533,7 @@ impl Local {
         let mut keys = self.lock();
         if let Some(state) = keys.get_mut(key) {
             for hold in state.holds.drain(..) {
+                hold.cell.report_lost(LossReason::ForceUnlocked);
                 hold.cell.lost.cancel();
             }
             wake_front(state);
@@ -603,10 +609,23 @@ impl Local {
                     key: key.clone(),
                     owner: hold.owner.clone(),
                     grant: hold.grant.clone(),
+                    cell: hold.cell.clone(),
                 });
             }
         }
         out
+    }
+
+    /// Reports the loss of the holds whose validity deadline passed while their guards still
+    /// hold them (nobody awaits their `lost()`, nobody released them yet).
+    pub(crate) fn report_expired(&self) {
+        let keys = self.lock();
+        let now = Instant::now();
+        for hold in keys.values().flat_map(|state| &state.holds) {
+            if hold.guards > 0 && !hold.live(now) {
+                hold.cell.report_lost(LossReason::LeaseRanOut);
+            }
+        }
     }
 
     /// Records the outcome of renewing the grant `grant` of `key`, sent at `sent` with
@@ -668,6 +687,7 @@ mod tests {
     static TEST_KIND: Kind = Kind {
         id: 0,
         noun: "lock",
+        mode: crate::inspect::HoldMode::Exclusive,
         busy: "held",
         lua: &[],
         renew: &NO_SCRIPT,

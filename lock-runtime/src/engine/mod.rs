@@ -49,15 +49,19 @@ pub(crate) struct Inner {
     pub(crate) resubscribing: std::sync::atomic::AtomicBool,
     pub(crate) runtime: tokio::runtime::Handle,
     pub(crate) batcher: Batcher,
+    /// What happens to this service's holds, for [`LockService::events`](crate::LockService::events).
+    pub(crate) events: crate::events::Events,
 }
 
 /// What an acquire is for: the kind, the lock's Redis names and the kind's extra argument to
-/// its acquire script (e.g. a semaphore's permit counts; empty for most kinds).
+/// its acquire script (e.g. a semaphore's permit counts; empty for most kinds), and the
+/// bounded name metrics and events give the lock (see `crate::metrics`).
 #[derive(Clone, Debug)]
 pub(crate) struct Target {
     pub(crate) kind: &'static Kind,
     pub(crate) names: KeyNames,
     pub(crate) extra: Arc<str>,
+    pub(crate) label: &'static str,
 }
 
 impl Target {
@@ -66,6 +70,7 @@ impl Target {
             kind,
             names,
             extra: "".into(),
+            label: crate::metrics::OTHER,
         }
     }
 }
@@ -215,6 +220,7 @@ impl Inner {
             resubscribing: Default::default(),
             runtime,
             batcher: Default::default(),
+            events: Default::default(),
         }
     }
 

@@ -14,7 +14,8 @@ use crate::scripts::ScriptCall;
 /// Locks renewed per script call (one round trip each).
 const BATCH: usize = 256;
 
-/// Renews until the service is dropped; idle wake-up subscriptions are dropped on the way.
+/// Renews until the service is dropped; idle wake-up subscriptions are dropped on the way, and
+/// holds whose validity deadline passed unnoticed are reported lost.
 pub(crate) async fn run(inner: Weak<Inner>, period: Duration) {
     let start = tokio::time::Instant::now();
     let mut renew = tokio::time::interval_at(start + period, period);
@@ -30,6 +31,7 @@ pub(crate) async fn run(inner: Weak<Inner>, period: Duration) {
             }
             _ = sweep.tick() => {
                 let Some(inner) = inner.upgrade() else { return };
+                inner.local.report_expired();
                 inner.unsubscribe_idle().await;
             }
         }
@@ -60,22 +62,36 @@ async fn renew_all(inner: &Arc<Inner>) {
             Ok(flags) if flags.len() == batch.len() => {
                 for (r, flag) in batch.iter().zip(flags) {
                     match flag {
-                        1 => inner.local.renewed(&r.key, &r.grant, sent, lease_ms, true),
-                        0 => {
-                            tracing::warn!(key = %r.key, owner = %r.owner, "lock lost: renewal found it gone");
-                            inner.local.renewed(&r.key, &r.grant, sent, lease_ms, false);
+                        1 => {
+                            inner.local.renewed(&r.key, &r.grant, sent, lease_ms, true);
+                            if let Some(info) = r.cell.info() {
+                                info.renewed();
+                            }
                         }
+                        // lost: reported (logged, counted, sent) with the grant dropped
+                        0 => inner.local.renewed(&r.key, &r.grant, sent, lease_ms, false),
                         // not renewed; its validity deadline tells the guards if it stays so
                         _ => {
-                            tracing::warn!(key = %r.key, owner = %r.owner, "lock renewal failed for this key; retrying")
+                            tracing::warn!(key = %r.key, owner = %r.owner, "lock renewal failed for this key; retrying");
+                            if let Some(info) = r.cell.info() {
+                                info.renewal_failed(&"the renew script failed for this key");
+                            }
                         }
                     }
                 }
             }
-            Ok(flags) => tracing::warn!(?flags, "unexpected reply from the renew script"),
+            Ok(flags) => {
+                tracing::warn!(?flags, "unexpected reply from the renew script");
+                for info in batch.iter().filter_map(|r| r.cell.info()) {
+                    info.renewal_failed(&"unexpected reply from the renew script");
+                }
+            }
             // the guards learn of a lock that stays unrenewed from its validity deadline
             Err(e) => {
-                tracing::warn!(error = %e, locks = batch.len(), "lock renewal failed; retrying")
+                tracing::warn!(error = %e, locks = batch.len(), "lock renewal failed; retrying");
+                for info in batch.iter().filter_map(|r| r.cell.info()) {
+                    info.renewal_failed(&e);
+                }
             }
         }
     }

@@ -12,6 +12,7 @@ use std::time::Duration;
 
 use crate::engine::{Guard, Inner, KeyNames, Kind, Target};
 use crate::error::{ErrorKind, LockError};
+use crate::metrics::{self, Outcome};
 use crate::owner::{self, OwnerId};
 use crate::service::LockService;
 
@@ -46,6 +47,14 @@ impl Acquiring {
     pub(crate) fn with_extra(mut self, extra: String) -> Self {
         if let Ok(target) = &mut self.target {
             target.extra = extra.into();
+        }
+        self
+    }
+
+    /// The name metrics and events give the lock (see [`crate::metrics`]).
+    pub(crate) fn with_label(mut self, label: &'static str) -> Self {
+        if let Ok(target) = &mut self.target {
+            target.label = label;
         }
         self
     }
@@ -92,7 +101,12 @@ impl Acquiring {
                 let entered = match wait {
                     Some(wait) => tokio::time::timeout(wait, entry.lock_owned())
                         .await
-                        .map_err(|_| inner.timeout_error(target.kind, &target.names, wait))?,
+                        .map_err(|_| {
+                            let (kind, label) = (target.kind.mode, target.label);
+                            let (outcome, took) = (Outcome::TimedOut, started.elapsed());
+                            metrics::acquired(kind, label, outcome, None, took, true);
+                            inner.timeout_error(target.kind, &target.names, wait)
+                        })?,
                     None => entry.lock_owned().await,
                 };
                 let left = wait.map(|w| w.saturating_sub(started.elapsed()));
@@ -228,6 +242,15 @@ macro_rules! request_methods {
         /// Try once, without waiting (the try-once / skip pattern): `wait(Duration::ZERO)`.
         pub fn try_once(self) -> Self {
             self.wait(std::time::Duration::ZERO)
+        }
+
+        /// The name the lock has in [metrics](crate::metrics) (the `key` label) and
+        /// [events](crate::events): a fixed name for a family of keys, such as `"goods"` for
+        /// `goods:<id>`. Never build it from the key: each distinct label is a time series of
+        /// its own. Without it the label is `other`.
+        pub fn metric_label(mut self, label: &'static str) -> Self {
+            self.metric_label = label;
+            self
         }
     };
 }

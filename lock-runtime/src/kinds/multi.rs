@@ -38,6 +38,7 @@ pub struct MultiRequest<'a> {
     lease: Option<Duration>,
     wait: Option<Duration>,
     owner: Option<OwnerId>,
+    metric_label: &'static str,
 }
 
 impl<'a> MultiRequest<'a> {
@@ -48,6 +49,7 @@ impl<'a> MultiRequest<'a> {
             lease: None,
             wait: None,
             owner: None,
+            metric_label: crate::metrics::OTHER,
         }
     }
 
@@ -80,7 +82,10 @@ impl<'a> IntoFuture for MultiRequest<'a> {
         named.dedup_by(|a, b| a.lock == b.lock);
         let acquirings: Vec<Acquiring> = named
             .into_iter()
-            .map(|names| Acquiring::new(self.service, &MUTEX, Ok(names), self.owner.clone()))
+            .map(|names| {
+                Acquiring::new(self.service, &MUTEX, Ok(names), self.owner.clone())
+                    .with_label(self.metric_label)
+            })
             .collect();
         let (lease, wait) = (self.lease, self.wait);
         Box::pin(async move {

@@ -32,6 +32,7 @@ static LEAVE: LazyLock<Script> =
 pub(crate) static READ: Kind = Kind {
     id: 1,
     noun: "read lock",
+    mode: crate::inspect::HoldMode::Read,
     busy: "a writer holds it or waits for it",
     lua: &[
         include_str!("../scripts/rw/state.lua"),
@@ -48,6 +49,7 @@ pub(crate) static READ: Kind = Kind {
 pub(crate) static WRITE: Kind = Kind {
     id: 2,
     noun: "write lock",
+    mode: crate::inspect::HoldMode::Write,
     busy: "it is held by readers or another writer",
     lua: &[
         include_str!("../scripts/rw/state.lua"),
@@ -81,6 +83,7 @@ pub struct RwRequest<'a, G> {
     lease: Option<Duration>,
     wait: Option<Duration>,
     owner: Option<OwnerId>,
+    metric_label: &'static str,
     guard: fn(Guard) -> G,
 }
 
@@ -98,6 +101,7 @@ impl<'a> ReadRequest<'a> {
             lease: None,
             wait: None,
             owner: None,
+            metric_label: crate::metrics::OTHER,
             guard: |core| ReadGuard { core },
         }
     }
@@ -112,6 +116,7 @@ impl<'a> WriteRequest<'a> {
             lease: None,
             wait: None,
             owner: None,
+            metric_label: crate::metrics::OTHER,
             guard: |core| WriteGuard { core },
         }
     }
@@ -158,7 +163,8 @@ impl<G: Send + 'static> RwRequest<'_, G> {
             (Ok(names), true) => Some((self.service.inner.clone(), names.clone())),
             _ => None,
         };
-        let acquiring = Acquiring::new(self.service, self.kind, names, self.owner);
+        let acquiring = Acquiring::new(self.service, self.kind, names, self.owner)
+            .with_label(self.metric_label);
         // read -> write: the owner's own read share would keep its write waiting forever
         let upgrade = self.kind == &WRITE
             && acquiring.owner().is_some_and(|owner| {

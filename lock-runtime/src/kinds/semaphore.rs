@@ -30,6 +30,7 @@ static AVAILABLE: LazyLock<Script> =
 pub(crate) static SEMAPHORE: Kind = Kind {
     id: 3,
     noun: "semaphore",
+    mode: crate::inspect::HoldMode::Permits,
     busy: "all its permits are held",
     lua: &[include_str!("../scripts/semaphore/semaphore.lua")],
     renew: &RENEW,
@@ -106,6 +107,7 @@ impl Semaphore {
             count: n,
             lease: None,
             wait: None,
+            metric_label: crate::metrics::OTHER,
         }
     }
 
@@ -165,6 +167,7 @@ pub struct PermitRequest<'a> {
     count: u32,
     lease: Option<Duration>,
     wait: Option<Duration>,
+    metric_label: &'static str,
 }
 
 impl PermitRequest<'_> {
@@ -179,7 +182,8 @@ impl<'a> IntoFuture for PermitRequest<'a> {
         let sem = self.semaphore;
         let checked = sem.check(self.count);
         let acquiring = Acquiring::new(&sem.service, &SEMAPHORE, sem.names(), None)
-            .with_extra(format!("{} {}", self.count, sem.permits));
+            .with_extra(format!("{} {}", self.count, sem.permits))
+            .with_label(self.metric_label);
         let (lease, wait, count) = (self.lease, self.wait, self.count);
         Box::pin(async move {
             checked?;
