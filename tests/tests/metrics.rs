@@ -664,3 +664,69 @@ async fn the_attribute_labels_every_kind_with_its_templates() {
     );
     assert_eq!(holds, 3.0);
 }
+
+/// On a cluster: contended grants of several kinds are counted per kind and label, and a hold
+/// force-unlocked from another service is a `Lost` (found gone) event at its next renewal.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn metrics_and_events_on_a_cluster() {
+    let fx = Fixture::shared(lock_tests::harness::Kind::Cluster).await;
+    let metrics = prometheus::install().unwrap();
+    let watchdog = Duration::from_millis(900);
+    let (here, there) = (fx.service(watchdog).await, fx.service(watchdog).await);
+    let key = unique_key("cluster-metrics");
+    let rounds = 20;
+    let mut tasks = Vec::new();
+    for service in [here.clone(), there.clone()] {
+        for _ in 0..2 {
+            let (service, key) = (service.clone(), key.clone());
+            tasks.push(tokio::spawn(async move {
+                for _ in 0..rounds {
+                    let g = service
+                        .lock(&key)
+                        .metric_label("cluster-mutex")
+                        .await
+                        .unwrap();
+                    tokio::task::yield_now().await;
+                    g.release().await.unwrap();
+                    let r = service.read(&key).metric_label("cluster-rw").await.unwrap();
+                    r.release().await.unwrap();
+                }
+            }));
+        }
+    }
+    for t in tasks {
+        t.await.unwrap();
+    }
+    let samples = parse(&metrics.render());
+    let grants = |kind, label| {
+        sum(
+            &samples,
+            "distributed_lock_grants_total",
+            &[("kind", kind), ("key", label)],
+        )
+    };
+    assert_eq!(grants("lock", "cluster-mutex"), f64::from(4 * rounds));
+    assert_eq!(grants("read", "cluster-rw"), f64::from(4 * rounds));
+    let acquired = sum(
+        &samples,
+        "distributed_lock_acquire_seconds_count",
+        &[("key", "cluster-mutex"), ("outcome", "granted")],
+    );
+    assert_eq!(acquired, f64::from(4 * rounds));
+
+    let mut events = here.events();
+    let lost_key = unique_key("cluster-events");
+    let guard = here.lock(&lost_key).await.unwrap();
+    assert!(there.force_unlock(&lost_key).await.unwrap());
+    match next_non_renewal(&mut events, &lost_key, Duration::from_secs(3)).await {
+        LockEvent::Lost { reason, fence, .. } => {
+            assert_eq!(reason, LossReason::FoundGone);
+            assert_eq!(fence, guard.fence());
+        }
+        other => panic!("expected a loss: {other:?}"),
+    }
+    assert_eq!(
+        guard.release().await.unwrap_err().kind(),
+        ErrorKind::NotHeld
+    );
+}
