@@ -434,8 +434,9 @@ struct Ticket<'a> {
 
 impl Ticket<'_> {
     /// Leaves the line; when nobody of this service waits any more, deregisters the service as
-    /// waiting so that releases elsewhere do not give it a turn. Returns the deregistration
-    /// call when one is due, to await or spawn.
+    /// waiting so that releases elsewhere do not give it a turn, after the kind's own `leave`
+    /// when this was its last waiter of the kind. Returns the deregistration calls when due, to
+    /// await or spawn.
     fn leave(&mut self) -> Option<impl Future<Output = ()> + Send + 'static> {
         self.done = true;
         let names = &self.target.names;
@@ -445,15 +446,32 @@ impl Ticket<'_> {
                 .give_back(self.target.clone(), orphan.owner, orphan.grant);
             return None;
         }
-        if !line_empty {
+        let kind = self.target.kind;
+        let kind_leave = kind
+            .leave
+            .filter(|_| self.inner.local.waiters_of(&names.lock, kind) == 0);
+        if !line_empty && kind_leave.is_none() {
             return None;
         }
-        let (inner, queue) = (self.inner.clone(), names.queue());
+        let (inner, names) = (self.inner.clone(), names.clone());
         Some(async move {
-            let mut call = ScriptCall::new(&scripts::LEAVE, 1);
-            call.key(&queue).arg(&inner.service_id);
-            if let Err(e) = inner.backend.run::<i64>("leave", &call).await {
-                tracing::debug!(error = %e, "could not deregister a waiting service");
+            if let Some(script) = kind_leave {
+                let mut call = ScriptCall::new(script, 2);
+                call.key(&names.turn())
+                    .key(&names.queue())
+                    .arg(&inner.service_id)
+                    .arg(names.channel())
+                    .arg(inner.backend.publish_command());
+                if let Err(e) = inner.backend.run::<i64>("leave", &call).await {
+                    tracing::debug!(error = %e, "could not deregister a waiting service");
+                }
+            }
+            if line_empty {
+                let mut call = ScriptCall::new(&scripts::LEAVE, 1);
+                call.key(&names.queue()).arg(&inner.service_id);
+                if let Err(e) = inner.backend.run::<i64>("leave", &call).await {
+                    tracing::debug!(error = %e, "could not deregister a waiting service");
+                }
             }
         })
     }

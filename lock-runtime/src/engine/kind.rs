@@ -38,6 +38,12 @@ pub(crate) struct Kind {
     pub(crate) joint: bool,
     /// A lock call of an owner that holds the key in this mode re-enters that hold.
     pub(crate) reentrant: bool,
+    /// Runs when the last waiter of this kind in a service's line gives up without the lock
+    /// (its wait ran out, it failed, its future was dropped), before the service's waiting
+    /// registration is dropped: KEYS turn marker, waiting services; ARGV service id, wake-up
+    /// channel, publish command. For kinds that register their waiters beyond the waiting
+    /// services (the writers waiting of a read-write lock).
+    pub(crate) leave: Option<&'static LazyLock<Script>>,
     /// The release script can grant the lock to the next waiter of this service in the same
     /// call (its `next_*` arguments).
     pub(crate) hand_off: bool,

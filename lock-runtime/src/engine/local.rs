@@ -694,6 +694,7 @@ mod tests {
         shared: false,
         joint: false,
         reentrant: true,
+        leave: None,
         hand_off: true,
     };
 

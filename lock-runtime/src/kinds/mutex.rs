@@ -35,6 +35,7 @@ pub(crate) static MUTEX: Kind = Kind {
     shared: false,
     joint: false,
     reentrant: true,
+    leave: None,
     hand_off: true,
 };
 

@@ -13,17 +13,18 @@ use std::time::Duration;
 use redis::Script;
 
 use super::Acquiring;
-use crate::engine::{Guard, Inner, KeyNames, Kind, owner_field};
+use crate::engine::{Guard, KeyNames, Kind, owner_field};
 use crate::error::{ErrorKind, LockError};
 use crate::owner::OwnerId;
-use crate::scripts::ScriptCall;
 use crate::service::LockService;
 
 /// Renews or extends read and write holds by grant id.
 static RENEW: LazyLock<Script> =
     LazyLock::new(|| Script::new(include_str!("../scripts/rw/renew.lua")));
 
-/// Takes a service off the writers waiting and wakes the readers kept out for them.
+/// Takes a service off the writers waiting and wakes the readers kept out for them: run by
+/// the engine when the service's last waiting writer gives up (a writer that no longer waits
+/// must not keep readers out until its registration runs out).
 static LEAVE: LazyLock<Script> =
     LazyLock::new(|| Script::new(include_str!("../scripts/rw/leave.lua")));
 
@@ -42,6 +43,7 @@ pub(crate) static READ: Kind = Kind {
     shared: true,
     joint: true,
     reentrant: true,
+    leave: None,
     hand_off: false,
 };
 
@@ -59,6 +61,7 @@ pub(crate) static WRITE: Kind = Kind {
     shared: false,
     joint: false,
     reentrant: true,
+    leave: Some(&LEAVE),
     hand_off: false,
 };
 
@@ -155,14 +158,6 @@ impl<G: Send + 'static> RwRequest<'_, G> {
         self,
     ) -> impl Future<Output = Result<Guard, LockError>> + Send + 'static {
         let names = names(self.service, &self.key);
-        // a writer that tries once never registers as waiting
-        let writer = match (
-            &names,
-            self.kind == &WRITE && self.wait != Some(Duration::ZERO),
-        ) {
-            (Ok(names), true) => Some((self.service.inner.clone(), names.clone())),
-            _ => None,
-        };
         let acquiring = Acquiring::new(self.service, self.kind, names, self.owner)
             .with_label(self.metric_label);
         // read -> write: the owner's own read share would keep its write waiting forever
@@ -192,72 +187,7 @@ impl<G: Send + 'static> RwRequest<'_, G> {
                 )
                 .with_key(&key));
             }
-            let mut writer = writer.map(|(inner, names)| WaitingWriter {
-                inner,
-                names,
-                done: false,
-            });
-            let result = acquiring.run(lease, wait).await;
-            if let Some(writer) = &mut writer {
-                match &result {
-                    // the grant deregistered this service's waiting writers
-                    Ok(_) => writer.done = true,
-                    Err(_) => {
-                        if let Some(leave) = writer.leave() {
-                            leave.await;
-                        }
-                    }
-                }
-            }
-            result
-        }
-    }
-}
-
-/// A write request on its way. While a writer waits, its service is registered among the
-/// writers waiting (`<lock>:turn`), which keeps new readers of every service out. A writer that
-/// leaves without the lock - its wait ran out, it failed, or its future was dropped - takes its
-/// service off that set when no other writer of the service waits for the key
-/// (`scripts/rw/leave.lua`, which also wakes the readers kept out when no writer waits any
-/// more): a writer that no longer waits must not keep readers out until the registration runs
-/// out (for a writer without a wait limit, the watchdog timeout plus a second). A wait that ran
-/// out deregisters before the caller gets the error; a dropped future deregisters in the
-/// background.
-struct WaitingWriter {
-    inner: std::sync::Arc<Inner>,
-    names: KeyNames,
-    done: bool,
-}
-
-impl WaitingWriter {
-    /// The deregistration call, when no other writer of this service waits for the key.
-    fn leave(&mut self) -> Option<impl Future<Output = ()> + Send + 'static> {
-        self.done = true;
-        if self.inner.local.waiters_of(&self.names.lock, &WRITE) > 0 {
-            return None;
-        }
-        let (inner, names) = (self.inner.clone(), self.names.clone());
-        Some(async move {
-            let mut call = ScriptCall::new(&LEAVE, 2);
-            call.key(&names.turn())
-                .key(&names.queue())
-                .arg(&inner.service_id)
-                .arg(names.channel())
-                .arg(inner.backend.publish_command());
-            if let Err(e) = inner.backend.run::<i64>("leave", &call).await {
-                tracing::debug!(error = %e, "could not deregister a waiting writer");
-            }
-        })
-    }
-}
-
-impl Drop for WaitingWriter {
-    fn drop(&mut self) {
-        if self.done {
-            return;
-        }
-        if let Some(leave) = self.leave() {
-            self.inner.runtime.spawn(leave);
+            acquiring.run(lease, wait).await
         }
     }
 }

@@ -37,6 +37,7 @@ pub(crate) static SEMAPHORE: Kind = Kind {
     shared: true,
     joint: false,
     reentrant: false,
+    leave: None,
     hand_off: false,
 };
 
