@@ -128,7 +128,7 @@ impl Inner {
 
         // An owner that holds the key in another mode (a writer taking a read share) does not
         // queue behind waiters that wait for its own hold: it asks once, at once.
-        if kind.reentrant && !self.local.held_kinds(&names.lock, &field).is_empty() {
+        if kind.reentrant && self.local.holds_any(&names.lock, &field) {
             let grant = new_grant_id();
             let sent = Instant::now();
             let ask = Ask::Grant { horizon_ms: 0 };

@@ -179,6 +179,19 @@ impl Local {
         add_hold(state, kind, owner, grant, watched, sent, lease_ms)
     }
 
+    /// Whether `owner` has a valid hold of any kind on `key` in this process (no allocation:
+    /// asked on every re-entrant acquire).
+    pub(crate) fn holds_any(&self, key: &str, owner: &str) -> bool {
+        let keys = self.lock();
+        let now = Instant::now();
+        keys.get(key).is_some_and(|state| {
+            state
+                .holds
+                .iter()
+                .any(|h| &*h.owner == owner && h.live(now))
+        })
+    }
+
     /// The kinds of the valid holds `owner` has on `key` in this process.
     pub(crate) fn held_kinds(&self, key: &str, owner: &str) -> Vec<&'static Kind> {
         let keys = self.lock();

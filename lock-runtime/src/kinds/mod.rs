@@ -76,8 +76,8 @@ impl Acquiring {
         let held = self
             .inner
             .local
-            .held_kinds(&target.names.lock, &crate::engine::owner_field(owner));
-        held.is_empty().then(|| (target.clone(), owner.clone()))
+            .holds_any(&target.names.lock, &crate::engine::owner_field(owner));
+        (!held).then(|| (target.clone(), owner.clone()))
     }
 
     pub(crate) fn inner(&self) -> &Arc<Inner> {
