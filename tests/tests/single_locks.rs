@@ -659,6 +659,62 @@ async fn services_take_turns_instead_of_one_keeping_the_lock() {
     );
 }
 
+/// Four services with three workers each take turns on one key, 15 critical sections per
+/// worker. A turn that goes from one service to the next costs the release and the next
+/// service's claim, two script calls: the releasing service's next waiter, registered as waiting
+/// by that release, waits for its turn's message instead of asking Redis in vain, and the turns
+/// that go to other services meanwhile do not wake it one by one. Script calls are counted over
+/// the whole run (`INFO commandstats`, on a server of its own); a few per service are allowed
+/// for the first waiter's attempt and its subscription.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn turns_between_services_cost_a_release_and_a_claim() {
+    const SERVICES: usize = 4;
+    const WORKERS: usize = 3;
+    const ROUNDS: usize = 15;
+    let fx = Fixture::own(Spec::Single).await;
+    let mut services = Vec::new();
+    for _ in 0..SERVICES {
+        services.push(fx.service(LONG_WATCHDOG).await);
+    }
+    let key = unique_key("turn-cost");
+    // a first script call, so that the counter exists
+    services[0]
+        .lock(&key)
+        .await
+        .unwrap()
+        .release()
+        .await
+        .unwrap();
+    let mut con = fx.redis();
+    let before = evalsha_calls(&mut con);
+    let inside = Arc::new(std::sync::atomic::AtomicUsize::new(0));
+    let mut tasks = Vec::new();
+    for service in &services {
+        for _ in 0..WORKERS {
+            let (l, k, inside) = (service.clone(), key.clone(), inside.clone());
+            tasks.push(tokio::spawn(async move {
+                for _ in 0..ROUNDS {
+                    let g = l.lock(&k).wait(Duration::from_secs(30)).await.unwrap();
+                    assert_eq!(inside.fetch_add(1, std::sync::atomic::Ordering::SeqCst), 0);
+                    tokio::time::sleep(Duration::from_millis(1)).await;
+                    inside.fetch_sub(1, std::sync::atomic::Ordering::SeqCst);
+                    g.release().await.unwrap();
+                }
+            }));
+        }
+    }
+    for t in tasks {
+        t.await.unwrap();
+    }
+    let calls = evalsha_calls(&mut con) - before;
+    let sections = (SERVICES * WORKERS * ROUNDS) as u64;
+    let allowed = 2 * sections + 8 * SERVICES as u64;
+    assert!(
+        calls <= allowed,
+        "{calls} script calls for {sections} critical sections (at most {allowed})"
+    );
+}
+
 #[tokio::test]
 async fn a_failed_operation_fails_alone_also_in_a_shared_call() {
     let fx = Fixture::single().await;

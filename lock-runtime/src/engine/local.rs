@@ -46,6 +46,20 @@ pub(crate) struct Local {
 pub(super) struct KeyState {
     pub(super) holds: Vec<Hold>,
     waiters: VecDeque<Waiter>,
+    /// The next turn went to another service (see [`Local::watch_turn`]).
+    turn_watch: TurnWatch,
+}
+
+/// When this service last learned that the next turn of a key went to another service, and
+/// whether a timer already watches for that turn running out unclaimed.
+#[derive(Default)]
+struct TurnWatch {
+    last: Option<Instant>,
+    armed: bool,
+    /// When a message last gave this service the turn (or anyone's): a release of this
+    /// service that yielded decides whether to wake its head by this (see
+    /// [`ReleaseEnd::Yielded`]).
+    ours: Option<Instant>,
 }
 
 struct Waiter {
@@ -108,6 +122,10 @@ pub(crate) enum ReleaseEnd {
     HandedOff(u64),
     /// Freed (the next turn may have gone to another service).
     Freed,
+    /// Freed, and the next turn went to another service while this one, registered as waiting
+    /// by the release itself, is subscribed to the lock's wake-ups: the head waits for its
+    /// turn's message (or for that turn to run out) instead of asking Redis in vain now.
+    Yielded,
     /// Still held by other grants, or not held at all.
     Unchanged,
     /// The call failed: the release (and a hand-off) may or may not have happened.
@@ -368,6 +386,23 @@ impl Local {
             // the waiter left: whatever reached it goes back (releasing a grant id that was
             // never granted changes nothing)
             (ReleaseEnd::HandedOff(_) | ReleaseEnd::Unknown, None) => reservation.map(orphan),
+            (ReleaseEnd::Yielded, reserved) => {
+                if let Some(i) = reserved {
+                    state.waiters[i].state = WaiterState::Parked;
+                }
+                // The turn may already have come back while the release's reply was on its way
+                // (the message travels on another connection): that wake-up found the head
+                // reserved and was spent; wake it now.
+                let sent = reservation.as_ref().map(|r| r.at);
+                if state
+                    .turn_watch
+                    .ours
+                    .is_some_and(|t| sent.is_none_or(|s| t >= s))
+                {
+                    wake_front(state);
+                }
+                None
+            }
             (_, reserved) => {
                 // When the outcome is unknown, the waiter's next attempt (with the grant id of
                 // the hand-off) finds out: a grant made by the hand-off is confirmed as its own.
@@ -556,11 +591,53 @@ impl Local {
         }
     }
 
-    /// Wakes the head waiter of `key` (a release message arrived).
+    /// A release message gave this service (or anyone) the turn of `key`: wakes its head.
+    pub(crate) fn own_turn(&self, key: &str) {
+        if let Some(state) = self.lock().get_mut(key) {
+            state.turn_watch.ours = Some(Instant::now());
+            wake_front(state);
+        }
+    }
+
+    /// Wakes the head waiter of `key`.
     pub(crate) fn wake_head(&self, key: &str) {
         if let Some(state) = self.lock().get(key) {
             wake_front(state);
         }
+    }
+
+    /// Notes that the next turn of `key` went to another service, while someone here waits
+    /// for it. Returns whether the caller must start a timer (none runs for `key` yet) that
+    /// calls [`turn_watch_fired`](Self::turn_watch_fired) once the turn may have run out.
+    ///
+    /// While turns keep going to other services (their messages arrive), the one timer is
+    /// pushed back instead of waking the head once per message: a head woken for every turn
+    /// elsewhere would ask Redis in vain at every release of the other services.
+    pub(crate) fn watch_turn(&self, key: &str) -> bool {
+        let mut keys = self.lock();
+        let Some(state) = keys.get_mut(key).filter(|s| !s.waiters.is_empty()) else {
+            return false;
+        };
+        state.turn_watch.last = Some(Instant::now());
+        !std::mem::replace(&mut state.turn_watch.armed, true)
+    }
+
+    /// The turn timer of `key` fired, `turn` after it was set for the last turn it knew of.
+    /// Returns when to look again if another turn went elsewhere since; otherwise the last one
+    /// ran out (or was claimed and its hold is being waited for): wakes the head.
+    pub(crate) fn turn_watch_fired(&self, key: &str, turn: std::time::Duration) -> Option<Instant> {
+        let mut keys = self.lock();
+        let state = keys.get_mut(key)?;
+        let due = state.turn_watch.last.map(|last| last + turn);
+        if let Some(due) = due.filter(|due| *due > Instant::now())
+            && !state.waiters.is_empty()
+        {
+            return Some(due);
+        }
+        state.turn_watch.last = None;
+        state.turn_watch.armed = false;
+        wake_front(state);
+        None
     }
 
     /// Wakes every head waiter (the subscriber reconnected and may have missed messages).

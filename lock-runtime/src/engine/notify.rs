@@ -29,19 +29,12 @@ pub(crate) async fn run(inner: Weak<Inner>, mut pushes: UnboundedReceiver<PushIn
                     continue;
                 };
                 if ours {
-                    inner.local.wake_head(key);
-                } else if inner.local.has_waiters(key) {
+                    inner.local.own_turn(key);
+                } else {
                     // Another service's turn. If that service went away, nobody claims it and
                     // it runs out: look again then, rather than sleeping through the rest of
                     // the released lock's lease.
-                    let (weak, key) = (Arc::downgrade(&inner), key.to_owned());
-                    let jitter = Duration::from_millis(rand::rng().random_range(1..=50));
-                    inner.runtime.spawn(async move {
-                        tokio::time::sleep(Duration::from_millis(TURN_MS) + jitter).await;
-                        if let Some(inner) = weak.upgrade() {
-                            inner.local.wake_head(&key);
-                        }
-                    });
+                    inner.watch_turn(key);
                 }
             }
             // Messages published while disconnected are lost, and the subscriptions may be
@@ -98,6 +91,31 @@ async fn resubscribe(inner: Weak<Inner>) {
                 pause = (pause * 2).min(Duration::from_millis(500));
             }
         }
+    }
+}
+
+impl Inner {
+    /// The next turn of `key` went to another service: unless a timer already watches `key`,
+    /// start one that wakes the head once the last such turn can have run out unclaimed (a
+    /// turn lasts `TURN_MS`; a little jitter keeps the services that wait apart).
+    pub(crate) fn watch_turn(self: &Arc<Self>, key: &str) {
+        if !self.local.watch_turn(key) {
+            return;
+        }
+        let (weak, key) = (Arc::downgrade(self), key.to_owned());
+        let turn = Duration::from_millis(TURN_MS)
+            + Duration::from_millis(rand::rng().random_range(1..=50));
+        self.runtime.spawn(async move {
+            let mut due = tokio::time::Instant::now() + turn;
+            loop {
+                tokio::time::sleep_until(due).await;
+                let Some(inner) = weak.upgrade() else { return };
+                match inner.local.turn_watch_fired(&key, turn) {
+                    Some(next) => due = next.into(),
+                    None => return,
+                }
+            }
+        });
     }
 }
 

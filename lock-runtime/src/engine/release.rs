@@ -109,8 +109,18 @@ impl Inner {
             },
             Err(e) => Err(e),
         };
+        // The release registered this service as waiting when it reserved a waiter; whether the
+        // head hears of its turn depends on the subscription (a head that never asked Redis
+        // may not be subscribed yet: it looks at once, as after any release).
+        let yielded = matches!(reply, Ok(Released::Freed { yielded: true }))
+            && reservation.is_some()
+            && self
+                .subscriptions
+                .try_lock()
+                .is_ok_and(|s| s.contains(&names.channel()));
         let end = match &reply {
             Ok(Released::HandedOff(token)) => ReleaseEnd::HandedOff(*token),
+            Ok(Released::Freed { .. }) if yielded => ReleaseEnd::Yielded,
             Ok(Released::Freed { .. }) => ReleaseEnd::Freed,
             Ok(_) => ReleaseEnd::Unchanged,
             Err(_) => ReleaseEnd::Unknown,
@@ -118,6 +128,9 @@ impl Inner {
         if let Some(orphan) = self.local.end_release(&names.lock, reservation, end) {
             tracing::debug!(key = %names.user, "hand-off target left, giving the lock back");
             self.give_back(target.clone(), orphan.owner, orphan.grant);
+        }
+        if yielded {
+            self.watch_turn(&names.lock);
         }
         if let Err(e) = &reply {
             // The release may not have run: repeat it (without a hand-off) until Redis answers,
