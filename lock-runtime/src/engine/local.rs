@@ -50,11 +50,10 @@ pub(super) struct KeyState {
     turn_watch: TurnWatch,
 }
 
-/// When this service last learned that the next turn of a key went to another service, and
-/// whether a timer already watches for that turn running out unclaimed.
+/// Whether a timer already watches for a turn of another service running out, and when this
+/// service last got a turn itself.
 #[derive(Default)]
 struct TurnWatch {
-    last: Option<Instant>,
     armed: bool,
     /// When a message last gave this service the turn (or anyone's): a release of this
     /// service that yielded decides whether to wake its head by this (see
@@ -608,36 +607,28 @@ impl Local {
 
     /// Notes that the next turn of `key` went to another service, while someone here waits
     /// for it. Returns whether the caller must start a timer (none runs for `key` yet) that
-    /// calls [`turn_watch_fired`](Self::turn_watch_fired) once the turn may have run out.
+    /// calls [`turn_watch_fired`](Self::turn_watch_fired) once that turn can have run out.
     ///
-    /// While turns keep going to other services (their messages arrive), the one timer is
-    /// pushed back instead of waking the head once per message: a head woken for every turn
-    /// elsewhere would ask Redis in vain at every release of the other services.
+    /// The turns that go elsewhere while the timer runs start no timer of their own: the head
+    /// looks again once per turn length at most, not once per release of the other services
+    /// (which under steady contention asked Redis in vain at every one of them). It does look
+    /// that often: a service whose registration as waiting was lost (a failover that dropped
+    /// the last writes) gets no message of its own until it registers again.
     pub(crate) fn watch_turn(&self, key: &str) -> bool {
         let mut keys = self.lock();
         let Some(state) = keys.get_mut(key).filter(|s| !s.waiters.is_empty()) else {
             return false;
         };
-        state.turn_watch.last = Some(Instant::now());
         !std::mem::replace(&mut state.turn_watch.armed, true)
     }
 
-    /// The turn timer of `key` fired, `turn` after it was set for the last turn it knew of.
-    /// Returns when to look again if another turn went elsewhere since; otherwise the last one
-    /// ran out (or was claimed and its hold is being waited for): wakes the head.
-    pub(crate) fn turn_watch_fired(&self, key: &str, turn: std::time::Duration) -> Option<Instant> {
-        let mut keys = self.lock();
-        let state = keys.get_mut(key)?;
-        let due = state.turn_watch.last.map(|last| last + turn);
-        if let Some(due) = due.filter(|due| *due > Instant::now())
-            && !state.waiters.is_empty()
-        {
-            return Some(due);
+    /// The turn timer of `key` fired: the turn it watched ran out or was claimed (and its hold
+    /// is what the head now waits for). Wakes the head, which asks Redis.
+    pub(crate) fn turn_watch_fired(&self, key: &str) {
+        if let Some(state) = self.lock().get_mut(key) {
+            state.turn_watch.armed = false;
+            wake_front(state);
         }
-        state.turn_watch.last = None;
-        state.turn_watch.armed = false;
-        wake_front(state);
-        None
     }
 
     /// Wakes every head waiter (the subscriber reconnected and may have missed messages).

@@ -96,8 +96,8 @@ async fn resubscribe(inner: Weak<Inner>) {
 
 impl Inner {
     /// The next turn of `key` went to another service: unless a timer already watches `key`,
-    /// start one that wakes the head once the last such turn can have run out unclaimed (a
-    /// turn lasts `TURN_MS`; a little jitter keeps the services that wait apart).
+    /// start one that wakes the head once that turn can have run out unclaimed (a turn lasts
+    /// `TURN_MS`; a little jitter keeps the services that wait apart).
     pub(crate) fn watch_turn(self: &Arc<Self>, key: &str) {
         if !self.local.watch_turn(key) {
             return;
@@ -106,14 +106,9 @@ impl Inner {
         let turn = Duration::from_millis(TURN_MS)
             + Duration::from_millis(rand::rng().random_range(1..=50));
         self.runtime.spawn(async move {
-            let mut due = tokio::time::Instant::now() + turn;
-            loop {
-                tokio::time::sleep_until(due).await;
-                let Some(inner) = weak.upgrade() else { return };
-                match inner.local.turn_watch_fired(&key, turn) {
-                    Some(next) => due = next.into(),
-                    None => return,
-                }
+            tokio::time::sleep(turn).await;
+            if let Some(inner) = weak.upgrade() {
+                inner.local.turn_watch_fired(&key);
             }
         });
     }
