@@ -1,7 +1,8 @@
 //! `lock-bench`: measures `lock-runtime` against the raw-Redis floor, in the same run.
 //!
-//! It starts its own `redis-server` on a free loopback port (through the `lock-tests` harness)
-//! and runs four scenarios, each for our [`LockService`](lock_runtime::LockService) (and the
+//! It starts its own `redis-server` on a free loopback port (through the `lock-tests` harness;
+//! with `--cluster`, the harness's cluster of 3 masters with 1 replica each) and runs four
+//! scenarios, each for our [`LockService`](lock_runtime::LockService) (and the
 //! `#[distributed_lock]` path where it applies) and for a baseline lock written with the plain
 //! `redis` crate (one EVALSHA of `SET NX PX` to acquire, one EVALSHA of compare-and-delete to
 //! release, waiters retry at once after `tokio::task::yield_now()`):
@@ -18,18 +19,28 @@
 //! (`lock_examples::segmented`); and the lock family's figures (write lock, read-write lock,
 //! multi-key locks, semaphore): S1F, S3W, S3RW, S3M, S3SEM, see [`family`].
 //!
+//! Setups: the default one (one server, tokio's multi-thread runtime), a current-thread one
+//! (`--current-thread`: one service per process on a current-thread runtime, as every Rust
+//! peer runs there; the variants with several instances, S3's 4 x 4 and S4's two sides, then
+//! run each instance on a current-thread runtime of its own thread) and `--cluster`, which runs
+//! S1-S3 on the cluster against the same baseline there (commands summed over the 3 masters).
+//!
 //! Redis commands per operation come from `INFO commandstats` (commands run inside scripts
 //! included), reset with `CONFIG RESETSTAT` around each measured phase.
 //!
 //! Output: a table per scenario with ratios to the baseline and the targets' verdicts, then one
-//! `BENCH_JSON {...}` line per scenario. Numbers are reported, never asserted.
+//! `BENCH_JSON {...}` line per scenario (with the mode, the runtime and the topology). Numbers
+//! are reported, never asserted.
 //!
 //! ```text
 //! cargo run --release -p lock-bench            # full run, well under 2 minutes
 //! cargo run --release -p lock-bench -- --quick # a few seconds, for CI
+//! cargo run --release -p lock-bench -- --current-thread --only S1,S2,S3,S4
+//! cargo run --release -p lock-bench -- --cluster # S1-S3 on a 3-master cluster
 //! ```
 
 mod annotated;
+mod conn;
 mod ctx;
 mod family;
 mod raw;
@@ -43,21 +54,33 @@ mod s5;
 use std::process::ExitCode;
 use std::time::Instant;
 
-use crate::ctx::{Ctx, Result};
+use crate::ctx::{Ctx, Result, Setup};
 use crate::report::Scenario;
 
-const USAGE: &str = "usage: lock-bench [--quick] [--only S1,S2,S3,S4,S5,S1F,S3W,S3RW,S3M,S3SEM]
+const USAGE: &str = "usage: lock-bench [--quick] [--current-thread] [--cluster] \
+[--only S1,S2,S3,S4,S5,S1F,S3W,S3RW,S3M,S3SEM]
 
-  --quick  short runs (a few seconds), for CI; the numbers are noisier
-  --only   run only these scenarios (e.g. while profiling one of them)";
+  --quick           short runs (seconds), for CI; the numbers are noisier
+  --only            run only these scenarios (e.g. while profiling one of them)
+  --current-thread  a current-thread tokio runtime instead of the multi-thread one (variants
+                    with several instances: a current-thread runtime per instance, each on a
+                    thread of its own)
+  --cluster         run S1, S2 and S3 (the default selection then) on a cluster of 3 masters
+                    with 1 replica each instead of one redis-server";
 
 fn main() -> ExitCode {
-    let mut quick = false;
+    let mut setup = Setup {
+        quick: false,
+        cluster: false,
+        current_thread: false,
+    };
     let mut only: Option<Vec<String>> = None;
     let mut args = std::env::args().skip(1);
     while let Some(arg) = args.next() {
         match arg.as_str() {
-            "--quick" => quick = true,
+            "--quick" => setup.quick = true,
+            "--cluster" => setup.cluster = true,
+            "--current-thread" => setup.current_thread = true,
             "--only" => match args.next() {
                 Some(list) => {
                     only = Some(list.split(',').map(|s| s.trim().to_uppercase()).collect());
@@ -77,27 +100,38 @@ fn main() -> ExitCode {
             }
         }
     }
-    let runtime = match tokio::runtime::Builder::new_multi_thread()
-        .enable_all()
-        .build()
-    {
+    let mut builder = if setup.current_thread {
+        tokio::runtime::Builder::new_current_thread()
+    } else {
+        tokio::runtime::Builder::new_multi_thread()
+    };
+    let runtime = match builder.enable_all().build() {
         Ok(runtime) => runtime,
         Err(e) => {
             eprintln!("cannot start the tokio runtime: {e}");
             return ExitCode::FAILURE;
         }
     };
+    if setup.cluster
+        && let Some(other) = only
+            .iter()
+            .flatten()
+            .find(|id| !CLUSTER_SCENARIOS.contains(&id.as_str()))
+    {
+        eprintln!("--cluster runs S1, S2 and S3 only, not {other}\n{USAGE}");
+        return ExitCode::from(2);
+    }
     let wanted = |id: &str| only.as_ref().is_none_or(|o| o.iter().any(|s| s == id));
     let selected: Vec<&'static str> = SCENARIOS
         .into_iter()
         .chain(family::SCENARIOS)
-        .filter(|id| wanted(id))
+        .filter(|id| wanted(id) && (!setup.cluster || CLUSTER_SCENARIOS.contains(id)))
         .collect();
     if selected.is_empty() {
         eprintln!("--only names no scenario\n{USAGE}");
         return ExitCode::from(2);
     }
-    match runtime.block_on(run(quick, &selected)) {
+    match runtime.block_on(run(setup, &selected)) {
         Ok(()) => ExitCode::SUCCESS,
         Err(e) => {
             eprintln!("lock-bench failed: {e}");
@@ -107,17 +141,32 @@ fn main() -> ExitCode {
 }
 
 const SCENARIOS: [&str; 5] = ["S1", "S2", "S3", "S4", "S5"];
+const CLUSTER_SCENARIOS: [&str; 3] = ["S1", "S2", "S3"];
 
-async fn run(quick: bool, selected: &[&str]) -> Result<()> {
+async fn run(setup: Setup, selected: &[&str]) -> Result<()> {
     let started = Instant::now();
-    let ctx = Ctx::start(quick).await?;
-    let mode = if quick { "quick" } else { "full" };
-    let workers = std::thread::available_parallelism().map_or(0, |n| n.get());
+    let ctx = Ctx::start(setup).await?;
+    let topology = if setup.cluster {
+        format!(
+            "a cluster of {} masters with 1 replica each (seed {})",
+            ctx.masters.len(),
+            ctx.redis.url()
+        )
+    } else {
+        format!("one server at {}", ctx.redis.url())
+    };
+    let runtime = if setup.current_thread {
+        "tokio current-thread runtime (several instances of a variant: a current-thread \
+         runtime each, on threads of their own)"
+            .to_owned()
+    } else {
+        let workers = std::thread::available_parallelism().map_or(0, |n| n.get());
+        format!("tokio multi-thread runtime with {workers} workers")
+    };
     println!(
-        "lock-bench ({mode}): redis-server {} at {}, tokio multi-thread runtime with {workers} \
-         workers, {} build",
+        "lock-bench ({}): redis-server {}, {topology}, {runtime}, {} build",
+        setup.mode(),
         ctx.redis_version,
-        ctx.url,
         if cfg!(debug_assertions) {
             "DEBUG (numbers not meaningful)"
         } else {
@@ -125,9 +174,9 @@ async fn run(quick: bool, selected: &[&str]) -> Result<()> {
         }
     );
     println!(
-        "baseline: plain redis crate, one multiplexed connection; acquire = 1 EVALSHA of SET NX \
-         PX, release = 1 EVALSHA of compare-and-delete; a waiter retries at once after \
-         tokio::task::yield_now()"
+        "baseline: plain redis crate, one multiplexed connection (a cluster connection on a \
+         cluster); acquire = 1 EVALSHA of SET NX PX, release = 1 EVALSHA of compare-and-delete; \
+         a waiter retries at once after tokio::task::yield_now()"
     );
     let mut scenarios: Vec<Scenario> = Vec::new();
     for id in selected {
@@ -157,7 +206,7 @@ async fn run(quick: bool, selected: &[&str]) -> Result<()> {
     }
     println!("\ntotal time {:.1} s\n", started.elapsed().as_secs_f64());
     for s in &scenarios {
-        println!("{}", s.json_line(mode, &ctx.redis_version));
+        println!("{}", s.json_line(&setup, &ctx.redis_version));
     }
     Ok(())
 }

@@ -4,7 +4,7 @@ use std::time::Duration;
 
 use serde_json::{Value, json};
 
-use crate::ctx::round2;
+use crate::ctx::{Setup, round2};
 
 /// Latencies in microseconds (signed: a wake-up can beat the release's reply).
 #[derive(Debug, Default, Clone)]
@@ -126,7 +126,7 @@ impl Scenario {
         }
     }
 
-    pub(crate) fn json_line(&self, mode: &str, redis_version: &str) -> String {
+    pub(crate) fn json_line(&self, setup: &Setup, redis_version: &str) -> String {
         let targets: Vec<Value> = self
             .targets
             .iter()
@@ -135,7 +135,9 @@ impl Scenario {
         let line = json!({
             "scenario": self.id,
             "title": self.title,
-            "mode": mode,
+            "mode": setup.mode(),
+            "runtime": setup.runtime(),
+            "topology": setup.topology(),
             "redis_version": redis_version,
             "variants": self.variants,
             "targets": targets,

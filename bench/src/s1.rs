@@ -52,7 +52,7 @@ pub(crate) async fn run(ctx: &Ctx) -> Result<Scenario> {
     let (rounds, per_round) = if ctx.quick { (3, 100) } else { (10, 500) };
     lock_runtime::init(ctx.config()).await?;
     let mut paths = Paths {
-        raw: Raw::connect(&ctx.url).await?,
+        raw: Raw::connect(&ctx.redis).await?,
         raw_key: raw::key("bench:s1"),
         locks: ctx.service().await?,
     };

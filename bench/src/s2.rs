@@ -69,7 +69,7 @@ pub(crate) async fn run(ctx: &Ctx) -> Result<Scenario> {
         (4, Duration::from_millis(500))
     };
     lock_runtime::init(ctx.config()).await?;
-    let raw = Raw::connect(&ctx.url).await?;
+    let raw = Raw::connect(&ctx.redis).await?;
     let locks = ctx.service().await?;
     for variant in 0..NAMES.len() {
         slice(variant, &raw, &locks, Duration::from_millis(100)).await?;

@@ -2,19 +2,22 @@
 //! non-atomic read / yield / write of a shared counter (a lost update shows as a wrong final
 //! count).
 //!
-//! Variants: the baseline with all workers on one connection, and with 4 connections x 4
-//! workers; our library with one `LockService` shared by the 16 workers (one application
-//! instance) and with 4 services x 4 workers (four instances: waiters wake through pub/sub).
+//! Variants, each with 1 instance x 16 workers and 4 instances x 4 workers: the baseline (an
+//! instance is a connection) and our library (an instance is a `LockService`: with 4, waiters
+//! wake through pub/sub). With `--current-thread` the 4 instances run on a current-thread
+//! runtime each, on threads of their own.
 
 use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
 use std::time::{Duration, Instant};
 
+use lock_runtime::LockService;
 use serde_json::json;
 use tokio::sync::Barrier;
 use tokio::task::JoinSet;
 
-use crate::ctx::{BoxError, Counts, Ctx, LEASE, Result};
+use crate::conn::Endpoint;
+use crate::ctx::{Counts, Ctx, LEASE, Result};
 use crate::raw::{self, Raw};
 use crate::report::{Samples, Scenario, Target, f1, per_op, ratio};
 
@@ -24,22 +27,43 @@ const KEY: &str = "bench:s3";
 const MAX_COMMANDS: f64 = 12.0;
 const MIN_HANDOFF: f64 = 0.80;
 
+#[derive(Clone, Copy, PartialEq, Eq)]
+enum Via {
+    Raw,
+    Service,
+}
+
 #[derive(Clone, Copy)]
-enum Kind {
-    Raw { conns: usize },
-    Service { services: usize },
+struct Kind {
+    via: Via,
+    instances: usize,
 }
 
 impl Kind {
     fn name(self) -> String {
-        match self {
-            Kind::Raw { conns: 1 } => "baseline, 1 conn x 16".into(),
-            Kind::Raw { conns } => format!("baseline, {conns} conns x {}", WORKERS / conns),
-            Kind::Service { services: 1 } => "LockService, 1 service x 16".into(),
-            Kind::Service { services } => {
-                format!("LockService, {services} services x {}", WORKERS / services)
-            }
+        let per = WORKERS / self.instances;
+        match (self.via, self.instances) {
+            (Via::Raw, 1) => "baseline, 1 conn x 16".into(),
+            (Via::Raw, n) => format!("baseline, {n} conns x {per}"),
+            (Via::Service, 1) => "LockService, 1 service x 16".into(),
+            (Via::Service, n) => format!("LockService, {n} services x {per}"),
         }
+    }
+}
+
+/// One instance's connection or service.
+#[derive(Clone)]
+enum Instance {
+    Raw(Raw),
+    Service(LockService),
+}
+
+impl Instance {
+    async fn connect(via: Via, redis: Endpoint) -> Result<Instance> {
+        Ok(match via {
+            Via::Raw => Instance::Raw(Raw::connect(&redis).await?),
+            Via::Service => Instance::Service(LockService::connect(redis.config()).await?),
+        })
     }
 }
 
@@ -74,50 +98,62 @@ struct Outcome {
     counts: Counts,
 }
 
-async fn run_kind(ctx: &Ctx, kind: Kind, sections: usize) -> Result<Outcome> {
-    let instances = match kind {
-        Kind::Raw { conns } | Kind::Service { services: conns } => conns,
-    };
-    let mut raws = Vec::new();
-    let mut services = Vec::new();
-    for _ in 0..instances {
-        match kind {
-            Kind::Raw { .. } => raws.push(Raw::connect(&ctx.url).await?),
-            Kind::Service { .. } => services.push(ctx.service().await?),
+/// One worker: `sections` critical sections under the lock; returns its waits.
+async fn worker(
+    mut instance: Instance,
+    shared: Arc<Shared>,
+    start: Arc<Barrier>,
+    worker: usize,
+    sections: usize,
+) -> Result<Samples> {
+    let mut waits = Samples::default();
+    let raw_key = raw::key(KEY);
+    start.wait().await;
+    for _ in 0..sections {
+        let asked = Instant::now();
+        match &mut instance {
+            Instance::Raw(raw) => {
+                let token = raw::token();
+                raw.acquire(&raw_key, &token).await?;
+                waits.push(asked.elapsed());
+                shared.critical(worker).await;
+                raw.release(&raw_key, &token).await?;
+            }
+            Instance::Service(locks) => {
+                let guard = locks
+                    .lock(KEY)
+                    .lease(LEASE)
+                    .wait(Duration::from_secs(30))
+                    .await?;
+                waits.push(asked.elapsed());
+                shared.critical(worker).await;
+                guard.release().await?;
+            }
         }
+    }
+    Ok(waits)
+}
+
+async fn run_kind(ctx: &Ctx, kind: Kind, sections: usize) -> Result<Outcome> {
+    let peers = ctx.peers(kind.instances)?;
+    let mut instances = Vec::new();
+    for peer in &peers {
+        let redis = ctx.redis.clone();
+        instances.push(peer.run(Instance::connect(kind.via, redis)).await?);
     }
     let shared = Arc::new(Shared::default());
     let start = Arc::new(Barrier::new(WORKERS + 1));
     let mut workers = JoinSet::new();
-    for worker in 0..WORKERS {
-        let (shared, start) = (shared.clone(), start.clone());
-        let mut raw = raws.get(worker % instances).cloned();
-        let locks = services.get(worker % instances).cloned();
-        workers.spawn(async move {
-            let mut waits = Samples::default();
-            let raw_key = raw::key(KEY);
-            start.wait().await;
-            for _ in 0..sections {
-                let asked = Instant::now();
-                if let Some(raw) = raw.as_mut() {
-                    let token = raw::token();
-                    raw.acquire(&raw_key, &token).await?;
-                    waits.push(asked.elapsed());
-                    shared.critical(worker).await;
-                    raw.release(&raw_key, &token).await?;
-                } else if let Some(locks) = &locks {
-                    let guard = locks
-                        .lock(KEY)
-                        .lease(LEASE)
-                        .wait(Duration::from_secs(30))
-                        .await?;
-                    waits.push(asked.elapsed());
-                    shared.critical(worker).await;
-                    guard.release().await?;
-                }
-            }
-            Ok::<_, BoxError>(waits)
-        });
+    for w in 0..WORKERS {
+        let i = w % kind.instances;
+        let task = worker(
+            instances[i].clone(),
+            shared.clone(),
+            start.clone(),
+            w,
+            sections,
+        );
+        workers.spawn_on(task, peers[i].handle());
     }
     ctx.reset()?;
     let started = Instant::now();
@@ -141,18 +177,19 @@ async fn run_kind(ctx: &Ctx, kind: Kind, sections: usize) -> Result<Outcome> {
 pub(crate) async fn run(ctx: &Ctx) -> Result<Scenario> {
     let sections = if ctx.quick { 20 } else { 200 };
     let expected = (WORKERS * sections) as u64;
-    let kinds = [
-        Kind::Raw { conns: 1 },
-        Kind::Service { services: 1 },
-        Kind::Raw { conns: 4 },
-        Kind::Service { services: 4 },
-    ];
+    // in pairs: the baseline, ours; 1 instance, then 4
+    let kinds: Vec<Kind> = [1, 4]
+        .into_iter()
+        .flat_map(|instances| [Via::Raw, Via::Service].map(|via| Kind { via, instances }))
+        .collect();
     // warm-up: scripts loaded, subscriptions made
-    for kind in kinds {
-        run_kind(ctx, kind, 5).await?;
+    for &kind in &kinds {
+        run_kind(ctx, kind, 5)
+            .await
+            .map_err(|e| format!("S3 warm-up {}: {e}", kind.name()))?;
     }
     let mut outcomes = Vec::new();
-    for kind in kinds {
+    for &kind in &kinds {
         let limit = Duration::from_secs(120);
         let outcome = tokio::time::timeout(limit, run_kind(ctx, kind, sections))
             .await
@@ -229,8 +266,8 @@ pub(crate) async fn run(ctx: &Ctx) -> Result<Scenario> {
             "counter_exact": o.counter == expected,
             "redis": o.counts.json(o.grants),
         }));
-        if let Kind::Service { services } = kind {
-            let suffix = if *services == 1 {
+        if kind.via == Via::Service {
+            let suffix = if kind.instances == 1 {
                 ""
             } else {
                 " (informational)"

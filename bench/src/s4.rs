@@ -6,8 +6,10 @@
 //! the same service (the release hands the lock to the waiter in its script), and the spinning
 //! baseline on two connections. Before each hand-off the waiter is seen blocked (for us: its
 //! service registered in the lock's waiting set on Redis, which the probe clears before the
-//! holder locks; for the baseline: an attempt failed), then the holder keeps the lock 1 ms
-//! more. PING round trips are sampled between hand-offs in the same run.
+//! holder locks, or in the service's local line; for the baseline: an attempt failed), then
+//! the holder keeps the lock 1 ms more. PING round trips are sampled between hand-offs in the
+//! same run. The holder's and the waiter's side run on two peers (with `--current-thread`, two
+//! threads with a current-thread runtime each).
 
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
@@ -15,16 +17,20 @@ use std::time::{Duration, Instant};
 
 use lock_runtime::LockService;
 use serde_json::json;
+use tokio::runtime::Handle;
 
-use crate::ctx::{Counts, Ctx, LEASE, Result};
+use crate::ctx::{BoxError, Counts, Ctx, LEASE, Peer, Result};
 use crate::raw::{self, Raw};
-use crate::report::{Samples, Scenario, Target, f1, per_op, ratio};
+use crate::report::{Samples, Scenario, Target, f1, per_op};
 
 const NAMES: [&str; 3] = [
     "LockService, 2 services (pub/sub)",
     "LockService, same service",
     "baseline (raw redis, spin)",
 ];
+const ACROSS: usize = 0;
+const SAME: usize = 1;
+const KEY: &str = "bench:s4";
 const PINGS_PER_HANDOFF: usize = 5;
 /// The S4 target: median wake-up within this many PING round trips.
 const TARGET_RTTS: f64 = 3.0;
@@ -39,125 +45,181 @@ fn elapsed_between(from: Instant, to: Instant) -> f64 {
     }
 }
 
-/// The wake-up of one hand-off in us: from the release returning, and from the release call.
-type Wake = (f64, f64);
-
-/// One hand-off between two of our services (possibly the same one).
-async fn lib_handoff(holder: &LockService, waiter: &LockService, probe: &mut Raw) -> Result<Wake> {
-    const KEY: &str = "bench:s4";
-    // A service that got the lock by hand-off stays registered as waiting for a while; clear
-    // that so the probe below sees this hand-off's waiter.
-    let queue = "lock:{bench:s4}:wq";
-    probe.unlink(queue).await?;
-    let guard = holder
-        .lock(KEY)
-        .lease(LEASE)
-        .wait(Duration::from_secs(2))
-        .await?;
-    let waiting = waiter.clone();
-    let task = tokio::spawn(async move {
-        let guard = waiting
-            .lock(KEY)
-            .lease(LEASE)
-            .wait(Duration::from_secs(10))
-            .await?;
-        let acquired = Instant::now();
-        guard.release().await?;
-        Ok::<_, crate::ctx::BoxError>(acquired)
-    });
-    // A waiter of another service registers in the lock's waiting set when its attempt fails;
-    // a waiter of the holder's own service waits in the local line without asking Redis.
-    let same_service = std::ptr::eq(holder, waiter);
-    let asked = Instant::now();
-    while !(if same_service {
-        waiter.inspect(KEY).await?.local_waiters == 1
-    } else {
-        probe.key_type(queue).await? == "zset"
-    }) {
-        if asked.elapsed() > PROBE_LIMIT {
-            return Err("S4: the waiter never registered as waiting".into());
-        }
-        tokio::task::yield_now().await;
-    }
-    tokio::time::sleep(HOLD_AFTER_BLOCKED).await;
-    let called = Instant::now();
-    guard.release().await?;
-    let released = Instant::now();
-    let acquired = task.await??;
-    Ok((
-        elapsed_between(released, acquired),
-        elapsed_between(called, acquired),
-    ))
+/// One hand-off: the wake-up in us from the release returning and from the release call.
+struct Wake {
+    from_return: f64,
+    from_call: f64,
 }
 
-/// One hand-off between two baseline connections; the waiter spins.
-async fn raw_handoff(holder: &mut Raw, waiter: &Raw) -> Result<Wake> {
-    let key = raw::key("bench:s4");
-    let token = raw::token();
-    if !holder.try_acquire(&key, &token).await? {
-        return Err("S4 baseline: the key was held".into());
-    }
-    let blocked = Arc::new(AtomicBool::new(false));
-    let (mut spinner, flag, waiter_key) = (waiter.clone(), blocked.clone(), key.clone());
-    let task = tokio::spawn(async move {
-        let token = raw::token();
-        while !spinner.try_acquire(&waiter_key, &token).await? {
-            flag.store(true, Ordering::SeqCst);
-            tokio::task::yield_now().await;
-        }
-        let acquired = Instant::now();
-        spinner.release(&waiter_key, &token).await?;
-        Ok::<_, crate::ctx::BoxError>(acquired)
-    });
-    let asked = Instant::now();
-    while !blocked.load(Ordering::SeqCst) {
-        if asked.elapsed() > PROBE_LIMIT {
-            return Err("S4 baseline: the waiter never tried".into());
-        }
-        tokio::task::yield_now().await;
-    }
-    tokio::time::sleep(HOLD_AFTER_BLOCKED).await;
-    let called = Instant::now();
-    holder.release(&key, &token).await?;
-    let released = Instant::now();
-    let acquired = task.await??;
-    Ok((
-        elapsed_between(released, acquired),
-        elapsed_between(called, acquired),
-    ))
+/// Timestamps of the holder's release and of the waiter's grant.
+struct Moments {
+    called: Instant,
+    released: Instant,
+    acquired: Instant,
 }
 
-struct Services {
+impl Moments {
+    fn wake(&self) -> Wake {
+        Wake {
+            from_return: elapsed_between(self.released, self.acquired),
+            from_call: elapsed_between(self.called, self.acquired),
+        }
+    }
+}
+
+/// Both sides of every variant: the holder's on one peer, the waiter's on another.
+#[derive(Clone)]
+struct Sides {
     a: LockService,
     b: LockService,
     holder: Raw,
     waiter: Raw,
     probe: Raw,
+    /// The waiter's peer runtime.
+    waiter_rt: Handle,
 }
 
-impl Services {
-    async fn handoff(&mut self, variant: usize) -> Result<Wake> {
+impl Sides {
+    async fn handoff(self, variant: usize) -> Result<Wake> {
         match variant {
-            0 => lib_handoff(&self.a, &self.b, &mut self.probe).await,
-            1 => lib_handoff(&self.a, &self.a, &mut self.probe).await,
-            _ => raw_handoff(&mut self.holder, &self.waiter).await,
+            ACROSS => self.lib_handoff(false).await,
+            SAME => self.lib_handoff(true).await,
+            _ => self.raw_handoff().await,
         }
     }
+
+    /// One hand-off between two of our services, or within one.
+    async fn lib_handoff(mut self, same_service: bool) -> Result<Wake> {
+        // A service that got the lock by hand-off stays registered as waiting for a while;
+        // clear that so the probe below sees this hand-off's waiter.
+        let queue = "lock:{bench:s4}:wq";
+        self.probe.unlink(queue).await?;
+        let guard = self
+            .a
+            .lock(KEY)
+            .lease(LEASE)
+            .wait(Duration::from_secs(2))
+            .await?;
+        let waiting = if same_service {
+            self.a.clone()
+        } else {
+            self.b.clone()
+        };
+        let task = self.waiter_rt.spawn(async move {
+            let guard = waiting
+                .lock(KEY)
+                .lease(LEASE)
+                .wait(Duration::from_secs(10))
+                .await?;
+            let acquired = Instant::now();
+            guard.release().await?;
+            Ok::<_, BoxError>(acquired)
+        });
+        // A waiter of another service registers in the lock's waiting set when its attempt
+        // fails; a waiter of the holder's own service waits in the local line without asking
+        // Redis.
+        let asked = Instant::now();
+        while !(if same_service {
+            self.a.inspect(KEY).await?.local_waiters == 1
+        } else {
+            self.probe.key_type(queue).await? == "zset"
+        }) {
+            if asked.elapsed() > PROBE_LIMIT {
+                return Err("S4: the waiter never registered as waiting".into());
+            }
+            tokio::task::yield_now().await;
+        }
+        tokio::time::sleep(HOLD_AFTER_BLOCKED).await;
+        let called = Instant::now();
+        guard.release().await?;
+        let released = Instant::now();
+        let acquired = task.await??;
+        Ok(Moments {
+            called,
+            released,
+            acquired,
+        }
+        .wake())
+    }
+
+    /// One hand-off between two baseline connections; the waiter spins.
+    async fn raw_handoff(mut self) -> Result<Wake> {
+        let key = raw::key(KEY);
+        let token = raw::token();
+        if !self.holder.try_acquire(&key, &token).await? {
+            return Err("S4 baseline: the key was held".into());
+        }
+        let blocked = Arc::new(AtomicBool::new(false));
+        let (mut spinner, flag, waiter_key) = (self.waiter.clone(), blocked.clone(), key.clone());
+        let task = self.waiter_rt.spawn(async move {
+            let token = raw::token();
+            while !spinner.try_acquire(&waiter_key, &token).await? {
+                flag.store(true, Ordering::SeqCst);
+                tokio::task::yield_now().await;
+            }
+            let acquired = Instant::now();
+            spinner.release(&waiter_key, &token).await?;
+            Ok::<_, BoxError>(acquired)
+        });
+        let asked = Instant::now();
+        while !blocked.load(Ordering::SeqCst) {
+            if asked.elapsed() > PROBE_LIMIT {
+                return Err("S4 baseline: the waiter never tried".into());
+            }
+            tokio::task::yield_now().await;
+        }
+        tokio::time::sleep(HOLD_AFTER_BLOCKED).await;
+        let called = Instant::now();
+        self.holder.release(&key, &token).await?;
+        let released = Instant::now();
+        let acquired = task.await??;
+        Ok(Moments {
+            called,
+            released,
+            acquired,
+        }
+        .wake())
+    }
+}
+
+/// Connects both sides: the holder's on `holder`, the waiter's on `waiter`.
+async fn connect(ctx: &Ctx, holder: &Peer, waiter: &Peer) -> Result<Sides> {
+    let (redis_a, redis_b) = (ctx.redis.clone(), ctx.redis.clone());
+    let (a, holder_raw) = holder
+        .run(async move {
+            Ok((
+                LockService::connect(redis_a.config()).await?,
+                Raw::connect(&redis_a).await?,
+            ))
+        })
+        .await?;
+    let (b, waiter_raw) = waiter
+        .run(async move {
+            Ok((
+                LockService::connect(redis_b.config()).await?,
+                Raw::connect(&redis_b).await?,
+            ))
+        })
+        .await?;
+    Ok(Sides {
+        a,
+        b,
+        holder: holder_raw,
+        waiter: waiter_raw,
+        probe: Raw::connect(&ctx.redis).await?,
+        waiter_rt: waiter.handle().clone(),
+    })
 }
 
 pub(crate) async fn run(ctx: &Ctx) -> Result<Scenario> {
     let handoffs = if ctx.quick { 20 } else { 200 };
-    let mut s = Services {
-        a: ctx.service().await?,
-        b: ctx.service().await?,
-        holder: Raw::connect(&ctx.url).await?,
-        waiter: Raw::connect(&ctx.url).await?,
-        probe: Raw::connect(&ctx.url).await?,
-    };
-    let mut ping = Raw::connect(&ctx.url).await?;
+    let peers = ctx.peers(2)?;
+    let (holder, waiter) = (&peers[0], &peers[1]);
+    let sides = connect(ctx, holder, waiter).await?;
+    let mut ping = Raw::connect(&ctx.redis).await?;
     for variant in 0..NAMES.len() {
         for _ in 0..5 {
-            s.handoff(variant).await?;
+            holder.run(sides.clone().handoff(variant)).await?;
         }
     }
     let mut wake = vec![Samples::default(); NAMES.len()];
@@ -176,16 +238,15 @@ pub(crate) async fn run(ctx: &Ctx) -> Result<Scenario> {
                     ping.ping().await?;
                     rtt.push(t.elapsed());
                 }
-                let (from_return, from_start) = s.handoff(variant).await?;
-                samples.push_us(from_return);
-                call_samples.push_us(from_start);
+                let w = holder.run(sides.clone().handoff(variant)).await?;
+                samples.push_us(w.from_return);
+                call_samples.push_us(w.from_call);
             }
             counts[variant].add(&ctx.read()?);
             wake[variant].extend(&samples);
             from_call[variant].extend(&call_samples);
         }
     }
-
     let rtt_median = rtt.median();
     let mut scenario = Scenario {
         id: "S4",
@@ -245,12 +306,15 @@ pub(crate) async fn run(ctx: &Ctx) -> Result<Scenario> {
             "redis": c.json(n),
         }));
     }
-    for (i, name) in NAMES.iter().enumerate().take(2) {
+    for i in [ACROSS, SAME] {
         let r = wake[i].median() / rtt_median;
-        let suffix = if i == 0 { "" } else { " (informational)" };
+        let suffix = if i == ACROSS { "" } else { " (informational)" };
         scenario.targets.push(Target::new(
-            format!("{name}: median wake-up <= {TARGET_RTTS} PING RTTs{suffix}"),
-            format!("{} RTTs", ratio(r).trim_end_matches('x')),
+            format!(
+                "{}: median wake-up <= {TARGET_RTTS} PING RTTs{suffix}",
+                NAMES[i]
+            ),
+            format!("{r:.2} RTTs"),
             r <= TARGET_RTTS,
         ));
     }
