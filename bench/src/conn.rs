@@ -7,7 +7,8 @@ use lock_runtime::LockConfig;
 use redis::aio::{ConnectionLike, MultiplexedConnection};
 use redis::cluster::ClusterClientBuilder;
 use redis::cluster_async::ClusterConnection;
-use redis::{Cmd, Pipeline, RedisFuture, Value};
+use redis::{Cmd, Pipeline, ProtocolVersion, PushInfo, RedisFuture, Value};
+use tokio::sync::mpsc::UnboundedSender;
 
 use crate::ctx::Result;
 
@@ -33,6 +34,10 @@ impl Endpoint {
             urls: nodes,
             cluster: true,
         }
+    }
+
+    pub(crate) fn is_cluster(&self) -> bool {
+        self.cluster
     }
 
     /// The server's URL (a cluster: the first seed).
@@ -65,6 +70,26 @@ impl Endpoint {
             ))
         }
     }
+
+    /// A new RESP3 connection whose pub/sub messages go to `push`: for `SUBSCRIBE` on one
+    /// server, for `SSUBSCRIBE` (shard channels) on a cluster.
+    pub(crate) async fn subscriber(&self, push: UnboundedSender<PushInfo>) -> Result<Conn> {
+        if self.cluster {
+            let client = ClusterClientBuilder::new(self.urls.clone())
+                .use_protocol(ProtocolVersion::RESP3)
+                .push_sender(push)
+                .build()?;
+            Ok(Conn::Cluster(client.get_async_connection().await?))
+        } else {
+            let client = redis::Client::open(format!("{}?protocol=resp3", self.url()))?;
+            let config = redis::AsyncConnectionConfig::new().set_push_sender(push);
+            Ok(Conn::Single(
+                client
+                    .get_multiplexed_async_connection_with_config(&config)
+                    .await?,
+            ))
+        }
+    }
 }
 
 /// A plain connection to one server or to a cluster; clones share it.
@@ -72,6 +97,26 @@ impl Endpoint {
 pub(crate) enum Conn {
     Single(MultiplexedConnection),
     Cluster(ClusterConnection),
+}
+
+impl Conn {
+    /// Subscribes to `channel` (a shard channel on a cluster); returns once Redis confirmed.
+    pub(crate) async fn subscribe(&mut self, channel: &str) -> Result<()> {
+        match self {
+            Conn::Single(con) => con.subscribe(channel).await?,
+            Conn::Cluster(con) => con.ssubscribe(channel).await?,
+        }
+        Ok(())
+    }
+
+    /// Unsubscribes from `channel` (a shard channel on a cluster).
+    pub(crate) async fn unsubscribe(&mut self, channel: &str) -> Result<()> {
+        match self {
+            Conn::Single(con) => con.unsubscribe(channel).await?,
+            Conn::Cluster(con) => con.sunsubscribe(channel).await?,
+        }
+        Ok(())
+    }
 }
 
 impl ConnectionLike for Conn {

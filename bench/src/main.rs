@@ -1,42 +1,47 @@
-//! `lock-bench`: measures `lock-runtime` against the raw-Redis floor, in the same run.
+//! `lock-bench`: measures `lock-runtime` against the raw-Redis floor and a Redisson-style lock,
+//! in the same run.
 //!
 //! It starts its own `redis-server` on a free loopback port (through the `lock-tests` harness;
-//! with `--cluster`, the harness's cluster of 3 masters with 1 replica each) and runs four
-//! scenarios, each for our [`LockService`](lock_runtime::LockService) (and the
-//! `#[distributed_lock]` path where it applies) and for a baseline lock written with the plain
-//! `redis` crate (one EVALSHA of `SET NX PX` to acquire, one EVALSHA of compare-and-delete to
-//! release, waiters retry at once after `tokio::task::yield_now()`):
+//! with `--cluster`, the harness's cluster of 3 masters with 1 replica each) and runs the
+//! scenarios below, each for our [`LockService`](lock_runtime::LockService) (and the
+//! `#[distributed_lock]` path where it applies) and for two baselines written with the plain
+//! `redis` crate:
+//!
+//! - raw ([`raw`]): one EVALSHA of `SET NX PX` to acquire, one EVALSHA of compare-and-delete to
+//!   release, waiters retry at once after `tokio::task::yield_now()`: the floor;
+//! - Redisson-style ([`redisson`]): a reentrant hash lock with Redisson's scripts, whose
+//!   waiters subscribe to the lock's channel and sleep until a release message or the lock's
+//!   remaining lease: the peer that waits without polling.
 //!
 //! | | scenario |
 //! |---|---|
 //! | S1 | uncontended latency: 1 task, acquire + release on one key |
 //! | S2 | uncontended throughput: 64 tasks, each on its own key |
-//! | S3 | contention: 16 workers on one key, critical sections on a shared counter |
+//! | S3 | contention: 16 workers on one key, 1 instance x 16 and 4 instances x 4 |
 //! | S4 | wake-up latency: time from a release to the blocked waiter's acquire |
+//! | S5 | a hot item: 16 workers of 4 services buying from one key or 8 segments (`lock_examples::segmented`); ours only |
 //!
-//! and a fifth, S5, that compares two uses of our lock with each other instead: 16 workers of
-//! 4 services buying one hot item whose stock is under one key or split over 8 segments
-//! (`lock_examples::segmented`); and the lock family's figures (write lock, read-write lock,
-//! multi-key locks, semaphore): S1F, S3W, S3RW, S3M, S3SEM, see [`family`].
+//! and the lock family's figures (write lock, read-write lock, multi-key locks, semaphore):
+//! S1F, S3W, S3RW, S3M, S3SEM, see [`family`].
 //!
 //! Setups: the default one (one server, tokio's multi-thread runtime), a current-thread one
 //! (`--current-thread`: one service per process on a current-thread runtime, as every Rust
 //! peer runs there; the variants with several instances, S3's 4 x 4 and S4's two sides, then
-//! run each instance on a current-thread runtime of its own thread) and `--cluster`, which runs
-//! S1-S3 on the cluster against the same baseline there (commands summed over the 3 masters).
+//! run each instance on a current-thread runtime of its own thread). `--cluster` runs S1-S3 on the cluster against the same
+//! baselines there (commands are summed over the 3 masters; the channels are shard channels).
 //!
 //! Redis commands per operation come from `INFO commandstats` (commands run inside scripts
 //! included), reset with `CONFIG RESETSTAT` around each measured phase.
 //!
-//! Output: a table per scenario with ratios to the baseline and the targets' verdicts, then one
-//! `BENCH_JSON {...}` line per scenario (with the mode, the runtime and the topology). Numbers
-//! are reported, never asserted.
+//! Output: a table per scenario with ratios to the baselines and the targets' verdicts, a
+//! Targets list, then one `BENCH_JSON {...}` line per scenario (with the mode, the runtime and
+//! the topology). Numbers are reported, never asserted.
 //!
 //! ```text
-//! cargo run --release -p lock-bench            # full run, well under 2 minutes
-//! cargo run --release -p lock-bench -- --quick # a few seconds, for CI
+//! cargo run --release -p lock-bench                      # full run, a few minutes
+//! cargo run --release -p lock-bench -- --quick           # seconds, for CI
 //! cargo run --release -p lock-bench -- --current-thread --only S1,S2,S3,S4
-//! cargo run --release -p lock-bench -- --cluster # S1-S3 on a 3-master cluster
+//! cargo run --release -p lock-bench -- --cluster         # S1-S3 on a 3-master cluster
 //! ```
 
 mod annotated;
@@ -44,6 +49,7 @@ mod conn;
 mod ctx;
 mod family;
 mod raw;
+mod redisson;
 mod report;
 mod s1;
 mod s2;
@@ -174,9 +180,12 @@ async fn run(setup: Setup, selected: &[&str]) -> Result<()> {
         }
     );
     println!(
-        "baseline: plain redis crate, one multiplexed connection (a cluster connection on a \
-         cluster); acquire = 1 EVALSHA of SET NX PX, release = 1 EVALSHA of compare-and-delete; \
-         a waiter retries at once after tokio::task::yield_now()"
+        "baselines, plain redis crate: raw = one multiplexed connection (a cluster connection \
+         on a cluster); acquire = 1 EVALSHA of SET NX PX, release = 1 EVALSHA of \
+         compare-and-delete; a waiter retries at once after tokio::task::yield_now(). \
+         Redisson-style = a reentrant hash lock with Redisson's acquire / release scripts; a \
+         waiter subscribes to the lock's channel (one subscriber connection per service) and \
+         sleeps until a release message or the lock's remaining lease"
     );
     let mut scenarios: Vec<Scenario> = Vec::new();
     for id in selected {

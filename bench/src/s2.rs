@@ -1,8 +1,9 @@
 //! S2, uncontended throughput: 64 tasks, each on its own key, for a fixed time.
 //!
-//! Each variant runs in slices interleaved with the others (rotating the order); the rate is
-//! all pairs over all slice time. All tasks of a variant share one connection or one service,
-//! as one application instance would.
+//! Variants: the raw baseline, our `LockService`, the annotated fn and the Redisson-style
+//! baseline, each with a lease. Each variant runs in slices interleaved with the others (rotating
+//! the order); the rate is all pairs over all slice time. All tasks of a variant share one
+//! connection or one service, as one application instance would.
 
 use std::time::{Duration, Instant};
 
@@ -13,23 +14,44 @@ use tokio::task::JoinSet;
 use crate::annotated;
 use crate::ctx::{Counts, Ctx, LEASE, Result};
 use crate::raw::{self, Raw};
+use crate::redisson::Redisson;
 use crate::report::{Scenario, Target, per_op, ratio};
 
-const NAMES: [&str; 3] = ["baseline (raw redis)", "LockService", "annotated fn"];
+const NAMES: [&str; 4] = [
+    "baseline (raw redis)",
+    "LockService",
+    "annotated fn",
+    "Redisson-style",
+];
+const LEASED: usize = 1;
+const ANNOTATED: usize = 2;
 const TASKS: u64 = 64;
 /// The S2 target: our rate at least this fraction of the baseline's.
 const TARGET: f64 = 0.85;
 
+/// What the tasks of a slice lock with.
+#[derive(Clone)]
+struct Paths {
+    raw: Raw,
+    locks: LockService,
+    redisson: Redisson,
+}
+
 /// Runs `TASKS` tasks of `variant` until `slice` has passed; returns the pairs done.
-async fn slice(variant: usize, raw: &Raw, locks: &LockService, slice: Duration) -> Result<u64> {
+async fn slice(variant: usize, paths: &Paths, slice: Duration) -> Result<u64> {
     let end = Instant::now() + slice;
     let mut tasks = JoinSet::new();
     for task in 0..TASKS {
         let id = 1_000 + task;
-        let (mut raw, locks) = (raw.clone(), locks.clone());
+        let Paths {
+            mut raw,
+            locks,
+            redisson,
+        } = paths.clone();
         tasks.spawn(async move {
             let raw_key = raw::key(&format!("bench:s2:{id}"));
             let lib_key = format!("bench:s2:{id}");
+            let owner = redisson.owner();
             let mut pairs = 0u64;
             while Instant::now() < end {
                 match variant {
@@ -40,7 +62,7 @@ async fn slice(variant: usize, raw: &Raw, locks: &LockService, slice: Duration) 
                         }
                         raw.release(&raw_key, &token).await?;
                     }
-                    1 => {
+                    LEASED => {
                         let guard = locks
                             .lock(lib_key.as_str())
                             .lease(LEASE)
@@ -48,7 +70,12 @@ async fn slice(variant: usize, raw: &Raw, locks: &LockService, slice: Duration) 
                             .await?;
                         guard.release().await?;
                     }
-                    _ => annotated::locked(id).await?,
+                    ANNOTATED => annotated::locked(id).await?,
+                    _ => {
+                        let wait = Duration::from_secs(2);
+                        redisson.lock(&lib_key, &owner, LEASE, wait).await?;
+                        redisson.unlock(&lib_key, &owner, LEASE).await?;
+                    }
                 }
                 pairs += 1;
             }
@@ -69,10 +96,13 @@ pub(crate) async fn run(ctx: &Ctx) -> Result<Scenario> {
         (4, Duration::from_millis(500))
     };
     lock_runtime::init(ctx.config()).await?;
-    let raw = Raw::connect(&ctx.redis).await?;
-    let locks = ctx.service().await?;
+    let paths = Paths {
+        raw: Raw::connect(&ctx.redis).await?,
+        locks: ctx.service().await?,
+        redisson: Redisson::connect(&ctx.redis).await?,
+    };
     for variant in 0..NAMES.len() {
-        slice(variant, &raw, &locks, Duration::from_millis(100)).await?;
+        slice(variant, &paths, Duration::from_millis(100)).await?;
     }
     let mut pairs = [0u64; NAMES.len()];
     let mut seconds = [0f64; NAMES.len()];
@@ -81,7 +111,7 @@ pub(crate) async fn run(ctx: &Ctx) -> Result<Scenario> {
         for i in 0..NAMES.len() {
             let variant = (round + i) % NAMES.len();
             let started = Instant::now();
-            let (done, c) = ctx.counted(slice(variant, &raw, &locks, length)).await?;
+            let (done, c) = ctx.counted(slice(variant, &paths, length)).await?;
             seconds[variant] += started.elapsed().as_secs_f64();
             pairs[variant] += done;
             counts[variant].add(&c);
@@ -133,10 +163,10 @@ pub(crate) async fn run(ctx: &Ctx) -> Result<Scenario> {
             "redis": c.json(pairs[i]),
         }));
     }
-    for (i, name) in NAMES.iter().enumerate().skip(1) {
+    for i in [LEASED, ANNOTATED] {
         let r = rate(i) / rate(0);
         scenario.targets.push(Target::new(
-            format!("{name} pairs/s >= {TARGET:.2}x baseline"),
+            format!("{} pairs/s >= {TARGET:.2}x baseline", NAMES[i]),
             ratio(r),
             r >= TARGET,
         ));

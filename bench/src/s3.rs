@@ -2,9 +2,10 @@
 //! non-atomic read / yield / write of a shared counter (a lost update shows as a wrong final
 //! count).
 //!
-//! Variants, each with 1 instance x 16 workers and 4 instances x 4 workers: the baseline (an
-//! instance is a connection) and our library (an instance is a `LockService`: with 4, waiters
-//! wake through pub/sub). With `--current-thread` the 4 instances run on a current-thread
+//! Variants, each with 1 instance x 16 workers and 4 instances x 4 workers: the raw baseline
+//! (an instance is a connection), our library (an instance is a `LockService`: with 4, waiters
+//! wake through pub/sub) and the Redisson-style baseline (an instance is a service with its own
+//! connections and subscriber). With `--current-thread` the 4 instances run on a current-thread
 //! runtime each, on threads of their own.
 
 use std::sync::Arc;
@@ -19,6 +20,7 @@ use tokio::task::JoinSet;
 use crate::conn::Endpoint;
 use crate::ctx::{Counts, Ctx, LEASE, Result};
 use crate::raw::{self, Raw};
+use crate::redisson::Redisson;
 use crate::report::{Samples, Scenario, Target, f1, per_op, ratio};
 
 const WORKERS: usize = 16;
@@ -31,6 +33,7 @@ const MIN_HANDOFF: f64 = 0.80;
 enum Via {
     Raw,
     Service,
+    Redisson,
 }
 
 #[derive(Clone, Copy)]
@@ -47,6 +50,8 @@ impl Kind {
             (Via::Raw, n) => format!("baseline, {n} conns x {per}"),
             (Via::Service, 1) => "LockService, 1 service x 16".into(),
             (Via::Service, n) => format!("LockService, {n} services x {per}"),
+            (Via::Redisson, 1) => "Redisson-style, 1 service x 16".into(),
+            (Via::Redisson, n) => format!("Redisson-style, {n} services x {per}"),
         }
     }
 }
@@ -56,6 +61,7 @@ impl Kind {
 enum Instance {
     Raw(Raw),
     Service(LockService),
+    Redisson(Redisson),
 }
 
 impl Instance {
@@ -63,6 +69,7 @@ impl Instance {
         Ok(match via {
             Via::Raw => Instance::Raw(Raw::connect(&redis).await?),
             Via::Service => Instance::Service(LockService::connect(redis.config()).await?),
+            Via::Redisson => Instance::Redisson(Redisson::connect(&redis).await?),
         })
     }
 }
@@ -108,6 +115,10 @@ async fn worker(
 ) -> Result<Samples> {
     let mut waits = Samples::default();
     let raw_key = raw::key(KEY);
+    let owner = match &instance {
+        Instance::Redisson(redisson) => redisson.owner(),
+        _ => String::new(),
+    };
     start.wait().await;
     for _ in 0..sections {
         let asked = Instant::now();
@@ -128,6 +139,13 @@ async fn worker(
                 waits.push(asked.elapsed());
                 shared.critical(worker).await;
                 guard.release().await?;
+            }
+            Instance::Redisson(redisson) => {
+                let wait = Duration::from_secs(30);
+                redisson.lock(KEY, &owner, LEASE, wait).await?;
+                waits.push(asked.elapsed());
+                shared.critical(worker).await;
+                redisson.unlock(KEY, &owner, LEASE).await?;
             }
         }
     }
@@ -177,10 +195,12 @@ async fn run_kind(ctx: &Ctx, kind: Kind, sections: usize) -> Result<Outcome> {
 pub(crate) async fn run(ctx: &Ctx) -> Result<Scenario> {
     let sections = if ctx.quick { 20 } else { 200 };
     let expected = (WORKERS * sections) as u64;
-    // in pairs: the baseline, ours; 1 instance, then 4
+    // in threes: the raw baseline, ours, Redisson-style; 1 instance, then 4
     let kinds: Vec<Kind> = [1, 4]
         .into_iter()
-        .flat_map(|instances| [Via::Raw, Via::Service].map(|via| Kind { via, instances }))
+        .flat_map(|instances| {
+            [Via::Raw, Via::Service, Via::Redisson].map(|via| Kind { via, instances })
+        })
         .collect();
     // warm-up: scripts loaded, subscriptions made
     for &kind in &kinds {
@@ -208,6 +228,7 @@ pub(crate) async fn run(ctx: &Ctx) -> Result<Scenario> {
             "variant",
             "CS/s",
             "vs baseline",
+            "vs Redisson-style",
             "p99 wait us",
             "max wait us",
             "hand-off",
@@ -219,9 +240,9 @@ pub(crate) async fn run(ctx: &Ctx) -> Result<Scenario> {
         ],
         rows: Vec::new(),
         notes: vec![
-            "vs baseline: 1-instance variants against the 1-connection baseline, 4-instance \
-             variants against the 4-connection baseline; hand-off = share of grants that went \
-             to a different worker than the previous one"
+            "vs baseline / vs Redisson-style: against the raw baseline / the Redisson-style \
+             baseline with as many instances; hand-off = share of grants that went to a \
+             different worker than the previous one"
                 .into(),
         ],
         targets: Vec::new(),
@@ -231,12 +252,14 @@ pub(crate) async fn run(ctx: &Ctx) -> Result<Scenario> {
     let rate = |o: &Outcome| o.grants as f64 / o.seconds;
     let handoff = |o: &Outcome| o.changes as f64 / (o.grants.max(2) - 1) as f64;
     for (i, (kind, o)) in outcomes.iter().enumerate() {
-        let base = &outcomes[i / 2 * 2].1;
+        let base = &outcomes[i / 3 * 3].1;
+        let redisson = &outcomes[i / 3 * 3 + 2].1;
         let cmds = o.counts.commands() as f64 / o.grants.max(1) as f64;
         scenario.rows.push(vec![
             kind.name(),
             format!("{:.0}", rate(o)),
             ratio(rate(o) / rate(base)),
+            ratio(rate(o) / rate(redisson)),
             f1(o.waits.pct(0.99)),
             f1(o.waits.max()),
             format!("{:.1}%", handoff(o) * 100.0),
@@ -260,6 +283,7 @@ pub(crate) async fn run(ctx: &Ctx) -> Result<Scenario> {
             "seconds": o.seconds,
             "cs_per_s": rate(o),
             "ratio_to_baseline": rate(o) / rate(base),
+            "ratio_to_redisson_style": rate(o) / rate(redisson),
             "wait": o.waits.json(),
             "handoff_ratio": handoff(o),
             "final_counter": o.counter,

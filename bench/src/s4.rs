@@ -3,13 +3,15 @@
 //! the holder saw the release's reply).
 //!
 //! Variants: holder and waiter in different `LockService`s (the wake-up crosses pub/sub), in
-//! the same service (the release hands the lock to the waiter in its script), and the spinning
-//! baseline on two connections. Before each hand-off the waiter is seen blocked (for us: its
-//! service registered in the lock's waiting set on Redis, which the probe clears before the
-//! holder locks, or in the service's local line; for the baseline: an attempt failed), then
-//! the holder keeps the lock 1 ms more. PING round trips are sampled between hand-offs in the
-//! same run. The holder's and the waiter's side run on two peers (with `--current-thread`, two
-//! threads with a current-thread runtime each).
+//! the same service (the release hands the lock to the waiter in its script), the
+//! Redisson-style baseline in two services (the waiter sleeps until the release's message), and
+//! the spinning raw baseline on two connections. Before each hand-off the waiter is seen
+//! blocked (for us: its service registered in the lock's waiting set on Redis, which the probe
+//! clears before the holder locks, or in the service's local line; Redisson-style: asleep on
+//! the channel; the raw baseline: an attempt failed), then the holder keeps the lock 1 ms more.
+//! PING round trips are sampled between hand-offs in the same run. The holder's and the
+//! waiter's side run on two peers (with `--current-thread`, two threads with a current-thread
+//! runtime each).
 
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
@@ -21,15 +23,18 @@ use tokio::runtime::Handle;
 
 use crate::ctx::{BoxError, Counts, Ctx, LEASE, Peer, Result};
 use crate::raw::{self, Raw};
+use crate::redisson::Redisson;
 use crate::report::{Samples, Scenario, Target, f1, per_op};
 
-const NAMES: [&str; 3] = [
+const NAMES: [&str; 4] = [
     "LockService, 2 services (pub/sub)",
     "LockService, same service",
+    "Redisson-style, 2 services (pub/sub)",
     "baseline (raw redis, spin)",
 ];
 const ACROSS: usize = 0;
 const SAME: usize = 1;
+const REDISSON: usize = 2;
 const KEY: &str = "bench:s4";
 const PINGS_PER_HANDOFF: usize = 5;
 /// The S4 target: median wake-up within this many PING round trips.
@@ -72,6 +77,8 @@ impl Moments {
 struct Sides {
     a: LockService,
     b: LockService,
+    redisson_a: Redisson,
+    redisson_b: Redisson,
     holder: Raw,
     waiter: Raw,
     probe: Raw,
@@ -84,6 +91,7 @@ impl Sides {
         match variant {
             ACROSS => self.lib_handoff(false).await,
             SAME => self.lib_handoff(true).await,
+            REDISSON => self.redisson_handoff().await,
             _ => self.raw_handoff().await,
         }
     }
@@ -142,6 +150,41 @@ impl Sides {
         .wake())
     }
 
+    /// One hand-off between two Redisson-style services.
+    async fn redisson_handoff(self) -> Result<Wake> {
+        let owner = self.redisson_a.owner();
+        let wait = Duration::from_secs(2);
+        self.redisson_a.lock(KEY, &owner, LEASE, wait).await?;
+        let waiting = self.redisson_b.clone();
+        let task = self.waiter_rt.spawn(async move {
+            let owner = waiting.owner();
+            waiting
+                .lock(KEY, &owner, LEASE, Duration::from_secs(10))
+                .await?;
+            let acquired = Instant::now();
+            waiting.unlock(KEY, &owner, LEASE).await?;
+            Ok::<_, BoxError>(acquired)
+        });
+        let asked = Instant::now();
+        while self.redisson_b.parked() == 0 {
+            if asked.elapsed() > PROBE_LIMIT {
+                return Err("S4 Redisson-style: the waiter never went to sleep".into());
+            }
+            tokio::task::yield_now().await;
+        }
+        tokio::time::sleep(HOLD_AFTER_BLOCKED).await;
+        let called = Instant::now();
+        self.redisson_a.unlock(KEY, &owner, LEASE).await?;
+        let released = Instant::now();
+        let acquired = task.await??;
+        Ok(Moments {
+            called,
+            released,
+            acquired,
+        }
+        .wake())
+    }
+
     /// One hand-off between two baseline connections; the waiter spins.
     async fn raw_handoff(mut self) -> Result<Wake> {
         let key = raw::key(KEY);
@@ -184,19 +227,21 @@ impl Sides {
 
 /// Connects both sides: the holder's on `holder`, the waiter's on `waiter`.
 async fn connect(ctx: &Ctx, holder: &Peer, waiter: &Peer) -> Result<Sides> {
-    let (redis_a, redis_b) = (ctx.redis.clone(), ctx.redis.clone());
-    let (a, holder_raw) = holder
+    let (redis, redis_b) = (ctx.redis.clone(), ctx.redis.clone());
+    let (a, redisson_a, holder_raw) = holder
         .run(async move {
             Ok((
-                LockService::connect(redis_a.config()).await?,
-                Raw::connect(&redis_a).await?,
+                LockService::connect(redis.config()).await?,
+                Redisson::connect(&redis).await?,
+                Raw::connect(&redis).await?,
             ))
         })
         .await?;
-    let (b, waiter_raw) = waiter
+    let (b, redisson_b, waiter_raw) = waiter
         .run(async move {
             Ok((
                 LockService::connect(redis_b.config()).await?,
+                Redisson::connect(&redis_b).await?,
                 Raw::connect(&redis_b).await?,
             ))
         })
@@ -204,6 +249,8 @@ async fn connect(ctx: &Ctx, holder: &Peer, waiter: &Peer) -> Result<Sides> {
     Ok(Sides {
         a,
         b,
+        redisson_a,
+        redisson_b,
         holder: holder_raw,
         waiter: waiter_raw,
         probe: Raw::connect(&ctx.redis).await?,
@@ -274,9 +321,10 @@ pub(crate) async fn run(ctx: &Ctx) -> Result<Scenario> {
              returning (the target's measure); from release call = from calling release"
                 .into(),
             format!(
-                "per hand-off: holder acquire + waiter's failed attempt(s) + release + waiter \
-             acquire + waiter release; the baseline spins during the {HOLD_AFTER_BLOCKED:?} \
-             hold after the waiter was seen blocked"
+                "per hand-off: holder acquire + waiter's failed attempt(s) (Redisson-style: and \
+                 its subscribe, its attempt after it, its unsubscribe) + release + waiter \
+                 acquire + waiter release; the baseline spins during the \
+                 {HOLD_AFTER_BLOCKED:?} hold after the waiter was seen blocked"
             ),
         ],
         targets: Vec::new(),
