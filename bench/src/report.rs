@@ -57,12 +57,14 @@ impl Samples {
     }
 }
 
-/// A target of the issue and how this run fared.
+/// A target of the issue and how this run fared, or an informational check (a figure the
+/// issue sets no target for in this setup, compared with a threshold all the same).
 #[derive(Debug, Clone)]
 pub(crate) struct Target {
     pub(crate) what: String,
     pub(crate) measured: String,
     pub(crate) met: bool,
+    pub(crate) informational: bool,
 }
 
 impl Target {
@@ -71,11 +73,38 @@ impl Target {
             what: what.into(),
             measured: measured.into(),
             met,
+            informational: false,
+        }
+    }
+
+    /// An informational check: printed as `(met)` / `(missed)`, never a target.
+    pub(crate) fn info(what: impl Into<String>, measured: impl Into<String>, met: bool) -> Target {
+        Target {
+            informational: true,
+            ..Target::new(what, measured, met)
+        }
+    }
+
+    /// A target, or an informational check when `informational`.
+    pub(crate) fn either(
+        informational: bool,
+        what: impl Into<String>,
+        measured: impl Into<String>,
+        met: bool,
+    ) -> Target {
+        Target {
+            informational,
+            ..Target::new(what, measured, met)
         }
     }
 
     pub(crate) fn verdict(&self) -> &'static str {
-        if self.met { "met" } else { "MISSED" }
+        match (self.informational, self.met) {
+            (false, true) => "met",
+            (false, false) => "MISSED",
+            (true, true) => "(met)",
+            (true, false) => "(missed)",
+        }
     }
 }
 
@@ -130,7 +159,14 @@ impl Scenario {
         let targets: Vec<Value> = self
             .targets
             .iter()
-            .map(|t| json!({"target": t.what, "measured": t.measured, "met": t.met}))
+            .map(|t| {
+                json!({
+                    "target": t.what,
+                    "measured": t.measured,
+                    "met": t.met,
+                    "informational": t.informational,
+                })
+            })
             .collect();
         let line = json!({
             "scenario": self.id,

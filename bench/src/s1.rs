@@ -3,6 +3,9 @@
 //! Variants: the raw baseline, our `LockService` (with a lease), the annotated fn and the
 //! Redisson-style baseline. They run in interleaved rounds (rotating the order) so that load
 //! from other processes hits them alike; median and p99 are over all pairs of a variant.
+//!
+//! Target: our median at most 1.05x the raw baseline's, for `LockService` and for the annotated
+//! fn (informational on a cluster, where the issue sets no S1 target).
 
 use std::time::{Duration, Instant};
 
@@ -25,7 +28,7 @@ const NAMES: [&str; 4] = [
 const OURS: [usize; 2] = [1, 2];
 const WARMUP: usize = 200;
 /// The S1 target: our median at most this many times the baseline's.
-const TARGET: f64 = 1.10;
+const TARGET: f64 = 1.05;
 
 struct Paths {
     raw: Raw,
@@ -157,7 +160,8 @@ pub(crate) async fn run(ctx: &Ctx) -> Result<Scenario> {
     }
     for i in OURS {
         let r = samples[i].median() / base;
-        scenario.targets.push(Target::new(
+        scenario.targets.push(Target::either(
+            ctx.redis.is_cluster(),
             format!("{} median <= {TARGET:.2}x baseline", NAMES[i]),
             ratio(r),
             r <= TARGET,

@@ -12,6 +12,9 @@
 //! PING round trips are sampled between hand-offs in the same run. The holder's and the
 //! waiter's side run on two peers (with `--current-thread`, two threads with a current-thread
 //! runtime each).
+//!
+//! Targets, across services: median wake-up at most 1 PING round trip, p99 at most 2, and
+//! fewer Redis commands per hand-off than the Redisson-style baseline.
 
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
@@ -37,8 +40,9 @@ const SAME: usize = 1;
 const REDISSON: usize = 2;
 const KEY: &str = "bench:s4";
 const PINGS_PER_HANDOFF: usize = 5;
-/// The S4 target: median wake-up within this many PING round trips.
-const TARGET_RTTS: f64 = 3.0;
+/// The S4 targets: median and p99 wake-up within this many PING round trips.
+const TARGET_MEDIAN_RTTS: f64 = 1.0;
+const TARGET_P99_RTTS: f64 = 2.0;
 const HOLD_AFTER_BLOCKED: Duration = Duration::from_millis(1);
 const PROBE_LIMIT: Duration = Duration::from_secs(5);
 
@@ -354,17 +358,38 @@ pub(crate) async fn run(ctx: &Ctx) -> Result<Scenario> {
             "redis": c.json(n),
         }));
     }
-    for i in [ACROSS, SAME] {
-        let r = wake[i].median() / rtt_median;
-        let suffix = if i == ACROSS { "" } else { " (informational)" };
-        scenario.targets.push(Target::new(
-            format!(
-                "{}: median wake-up <= {TARGET_RTTS} PING RTTs{suffix}",
-                NAMES[i]
-            ),
-            format!("{r:.2} RTTs"),
-            r <= TARGET_RTTS,
-        ));
-    }
+    let rtts = |x: f64| format!("{:.2} RTTs", x / rtt_median);
+    let (median, p99) = (wake[ACROSS].median(), wake[ACROSS].pct(0.99));
+    scenario.targets.push(Target::new(
+        format!(
+            "{}: median wake-up <= {TARGET_MEDIAN_RTTS} PING RTT",
+            NAMES[ACROSS]
+        ),
+        rtts(median),
+        median / rtt_median <= TARGET_MEDIAN_RTTS,
+    ));
+    scenario.targets.push(Target::new(
+        format!(
+            "{}: p99 wake-up <= {TARGET_P99_RTTS} PING RTTs",
+            NAMES[ACROSS]
+        ),
+        rtts(p99),
+        p99 / rtt_median <= TARGET_P99_RTTS,
+    ));
+    let per_handoff = |i: usize| counts[i].commands() as f64 / wake[i].len().max(1) as f64;
+    scenario.targets.push(Target::new(
+        format!("{}: cmds/hand-off < {}", NAMES[ACROSS], NAMES[REDISSON]),
+        format!("{:.2} vs {:.2}", per_handoff(ACROSS), per_handoff(REDISSON)),
+        per_handoff(ACROSS) < per_handoff(REDISSON),
+    ));
+    let same = wake[SAME].median();
+    scenario.targets.push(Target::info(
+        format!(
+            "{}: median wake-up <= {TARGET_MEDIAN_RTTS} PING RTT",
+            NAMES[SAME]
+        ),
+        rtts(same),
+        same / rtt_median <= TARGET_MEDIAN_RTTS,
+    ));
     Ok(scenario)
 }
