@@ -36,6 +36,12 @@ impl Endpoint {
         }
     }
 
+    /// The same Redis reached through another URL (a relay in front of the one server).
+    pub(crate) fn via(&self, url: String) -> Endpoint {
+        assert!(!self.cluster, "a relay stands in front of one server only");
+        Endpoint::single(url)
+    }
+
     pub(crate) fn is_cluster(&self) -> bool {
         self.cluster
     }
