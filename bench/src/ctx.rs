@@ -276,7 +276,7 @@ fn server_cpu(info: &str) -> f64 {
         .sum()
 }
 
-fn info_field<'a>(info: &'a str, name: &str) -> Option<&'a str> {
+pub(crate) fn info_field<'a>(info: &'a str, name: &str) -> Option<&'a str> {
     info.lines()
         .find_map(|l| l.strip_prefix(name)?.strip_prefix(':'))
         .map(str::trim)

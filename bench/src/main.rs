@@ -20,6 +20,7 @@
 //! | S3 | contention: 16 workers on one key, 1 instance x 16 and 4 instances x 4 | across 4 services x 4: >= 1.5x raw critical sections/s, <= 10 Redis commands per critical section, >= 80% hand-off |
 //! | S4 | wake-up latency: time from a release to the blocked waiter's acquire | across services: median <= 1 PING round trip, p99 <= 2; <= 1 acquire attempt per wake-up; fewer commands per hand-off than Redisson-style |
 //! | S5 | a hot item: 16 workers of 4 services buying from one key or 8 segments (`lock_examples::segmented`) | none: reported |
+//! | S6 | what locks leave: lock and release 100,000 distinct keys (5,000 with `--quick`) | everything left expires within `fence_idle_ttl` (5 min by default) |
 //!
 //! and the lock family's figures (write lock, read-write lock, multi-key locks, semaphore):
 //! S1F, S3W, S3RW, S3M, S3SEM, see [`family`]. Checks the issue sets no target for (in that
@@ -59,6 +60,7 @@ mod s2;
 mod s3;
 mod s4;
 mod s5;
+mod s6;
 
 use std::process::ExitCode;
 use std::time::Instant;
@@ -67,7 +69,7 @@ use crate::ctx::{Ctx, Result, Setup};
 use crate::report::Scenario;
 
 const USAGE: &str = "usage: lock-bench [--quick] [--current-thread] [--cluster] \
-[--only S1,S2,S3,S4,S5,S1F,S3W,S3RW,S3M,S3SEM]
+[--only S1,S2,S3,S4,S5,S6,S1F,S3W,S3RW,S3M,S3SEM]
 
   --quick           short runs (seconds), for CI; the numbers are noisier
   --only            run only these scenarios (e.g. while profiling one of them)
@@ -134,6 +136,7 @@ fn main() -> ExitCode {
     let selected: Vec<&'static str> = SCENARIOS
         .into_iter()
         .chain(family::SCENARIOS)
+        .chain(LAST)
         .filter(|id| wanted(id) && (!setup.cluster || CLUSTER_SCENARIOS.contains(id)))
         .collect();
     if selected.is_empty() {
@@ -150,6 +153,8 @@ fn main() -> ExitCode {
 }
 
 const SCENARIOS: [&str; 5] = ["S1", "S2", "S3", "S4", "S5"];
+/// Runs after the family: it leaves (and then deletes) many keys.
+const LAST: [&str; 1] = ["S6"];
 const CLUSTER_SCENARIOS: [&str; 3] = ["S1", "S2", "S3"];
 
 async fn run(setup: Setup, selected: &[&str]) -> Result<()> {
@@ -197,6 +202,7 @@ async fn run(setup: Setup, selected: &[&str]) -> Result<()> {
             "S2" => s2::run(&ctx).await?,
             "S3" => s3::run(&ctx).await?,
             "S4" => s4::run(&ctx).await?,
+            "S6" => s6::run(&ctx).await?,
             id if family::SCENARIOS.contains(&id) => family::run(&ctx, id).await?,
             _ => s5::run(&ctx).await?,
         };

@@ -38,6 +38,14 @@ impl Samples {
         sorted[rank.clamp(1, sorted.len()) - 1]
     }
 
+    /// The mean, 0 when empty.
+    pub(crate) fn mean(&self) -> f64 {
+        if self.0.is_empty() {
+            return 0.0;
+        }
+        self.0.iter().sum::<f64>() / self.0.len() as f64
+    }
+
     pub(crate) fn median(&self) -> f64 {
         self.pct(0.5)
     }
