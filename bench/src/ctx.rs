@@ -1,54 +1,120 @@
-//! The bench's own redis-server and the command counters read from it.
+//! The bench's own Redis (one redis-server, or a cluster with `--cluster`), the runtime of the
+//! application instances ("peers") the variants run, and the command counters read from Redis.
 
 use std::collections::BTreeMap;
 use std::future::Future;
-use std::sync::Mutex;
+use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use lock_runtime::{LockConfig, LockService};
 use lock_tests::harness::{Spec, Topology};
 use serde_json::{Value, json};
+use tokio::runtime::{Handle, RuntimeFlavor};
+
+use crate::conn::Endpoint;
 
 /// Any error; the bench stops at the first one.
 pub(crate) type BoxError = Box<dyn std::error::Error + Send + Sync>;
 /// The bench's result type.
 pub(crate) type Result<T> = std::result::Result<T, BoxError>;
 
-/// The lease every lock of the bench is taken with (ours and the baseline's).
+/// The lease every lock of the bench is taken with (ours and the baselines'), except where a
+/// variant says it uses the watchdog.
 pub(crate) const LEASE: Duration = Duration::from_secs(5);
 
-/// Commands the bench itself sends (counters, RTT probe, waiter probe): never charged to a
-/// variant.
-const OWN: &[&str] = &["info", "config|resetstat", "ping", "type", "unlink"];
+/// Commands that are not lock traffic: the bench's own (counters, RTT probe, waiter probe) and
+/// the replicas' acknowledgements on a cluster. Never charged to a variant.
+const OWN: &[&str] = &[
+    "info",
+    "config|resetstat",
+    "ping",
+    "type",
+    "unlink",
+    "replconf",
+];
 
-/// The running redis-server, the run's mode and a connection for the counters.
+/// How the run was set up, for the header and every JSON line.
+#[derive(Debug, Clone, Copy)]
+pub(crate) struct Setup {
+    pub(crate) quick: bool,
+    /// S1-S3 on the harness's cluster of 3 masters (1 replica each) instead of one server.
+    pub(crate) cluster: bool,
+    /// A current-thread tokio runtime instead of the multi-thread one.
+    pub(crate) current_thread: bool,
+}
+
+impl Setup {
+    pub(crate) fn mode(&self) -> &'static str {
+        if self.quick { "quick" } else { "full" }
+    }
+
+    pub(crate) fn runtime(&self) -> &'static str {
+        if self.current_thread {
+            "current-thread"
+        } else {
+            "multi-thread"
+        }
+    }
+
+    pub(crate) fn topology(&self) -> &'static str {
+        if self.cluster { "cluster" } else { "single" }
+    }
+}
+
+/// The running Redis, the run's setup and connections for the counters.
 pub(crate) struct Ctx {
-    pub(crate) url: String,
+    pub(crate) redis: Endpoint,
+    pub(crate) setup: Setup,
     pub(crate) quick: bool,
     pub(crate) redis_version: String,
+    /// The masters' ports (the one server's on a single server).
+    pub(crate) masters: Vec<u16>,
     stats: Mutex<Stats>,
     _server: Topology,
 }
 
 struct Stats {
-    con: redis::Connection,
-    /// CPU seconds of this process and of redis-server at the last reset.
+    /// One connection to every master: a cluster's counters are the sum over its masters.
+    cons: Vec<redis::Connection>,
+    /// CPU seconds of this process and of the masters' redis-servers at the last reset.
     cpu_at_reset: (f64, f64),
 }
 
 impl Ctx {
-    /// Starts a redis-server on a free loopback port.
-    pub(crate) async fn start(quick: bool) -> Result<Ctx> {
-        let server = Topology::start(Spec::Single).await;
-        let mut con = server.conn(server.master_port());
-        let info: String = redis::cmd("INFO").arg("server").query(&mut con)?;
+    /// Starts a redis-server on a free loopback port, or the harness's cluster of 3 masters with
+    /// 1 replica each.
+    pub(crate) async fn start(setup: Setup) -> Result<Ctx> {
+        let spec = if setup.cluster {
+            Spec::cluster()
+        } else {
+            Spec::Single
+        };
+        let server = Topology::start(spec).await;
+        let (redis, masters) = if setup.cluster {
+            let mut masters = Vec::new();
+            for port in server.node_ports() {
+                let mut con = server.conn(port);
+                let info: String =
+                    blocking(|| redis::cmd("INFO").arg("replication").query(&mut con))?;
+                if info_field(&info, "role") == Some("master") {
+                    masters.push(port);
+                }
+            }
+            (Endpoint::cluster(server.node_urls()), masters)
+        } else {
+            (Endpoint::single(server.url()), vec![server.master_port()])
+        };
+        let mut cons: Vec<redis::Connection> = masters.iter().map(|p| server.conn(*p)).collect();
+        let info: String = blocking(|| redis::cmd("INFO").arg("server").query(&mut cons[0]))?;
         let redis_version = info_field(&info, "redis_version").unwrap_or("?").to_owned();
         Ok(Ctx {
-            url: server.url(),
-            quick,
+            redis,
+            setup,
+            quick: setup.quick,
             redis_version,
+            masters,
             stats: Mutex::new(Stats {
-                con,
+                cons,
                 cpu_at_reset: (0.0, 0.0),
             }),
             _server: server,
@@ -57,38 +123,55 @@ impl Ctx {
 
     /// The configuration every service of the bench uses.
     pub(crate) fn config(&self) -> LockConfig {
-        LockConfig::single(&self.url).with_watchdog_timeout(Duration::from_secs(30))
+        self.redis.config()
     }
 
-    /// A new service (one application instance).
+    /// A new service (one application instance) on the current runtime.
     pub(crate) async fn service(&self) -> Result<LockService> {
         Ok(LockService::connect(self.config()).await?)
     }
 
-    /// `CONFIG RESETSTAT`: the counters start from zero; CPU times are noted.
+    /// Where `n` application instances of a variant run. On the multi-thread runtime, and for
+    /// one instance, that is the run's own runtime; with `--current-thread`, several instances
+    /// get a current-thread runtime each, on a thread of its own, as separate processes would.
+    pub(crate) fn peers(&self, n: usize) -> Result<Vec<Peer>> {
+        if !self.setup.current_thread || n == 1 {
+            return Ok(vec![Peer::here(); n]);
+        }
+        (0..n).map(Peer::thread).collect()
+    }
+
+    /// `CONFIG RESETSTAT` on every master: the counters start from zero; CPU times are noted.
     pub(crate) fn reset(&self) -> Result<()> {
         self.with_stats(|stats| {
-            redis::cmd("CONFIG")
-                .arg("RESETSTAT")
-                .query::<()>(&mut stats.con)?;
-            let info: String = redis::cmd("INFO").arg("cpu").query(&mut stats.con)?;
-            stats.cpu_at_reset = (process_cpu(), server_cpu(&info));
+            let mut server = 0.0;
+            for con in &mut stats.cons {
+                redis::cmd("CONFIG").arg("RESETSTAT").query::<()>(con)?;
+                let info: String = redis::cmd("INFO").arg("cpu").query(con)?;
+                server += server_cpu(&info);
+            }
+            stats.cpu_at_reset = (process_cpu(), server);
             Ok(())
         })
     }
 
-    /// The counters since the last [`reset`](Self::reset).
+    /// The counters since the last [`reset`](Self::reset), summed over the masters.
     pub(crate) fn read(&self) -> Result<Counts> {
         self.with_stats(|stats| {
-            let info: String = redis::cmd("INFO")
-                .arg("stats")
-                .arg("commandstats")
-                .arg("cpu")
-                .query(&mut stats.con)?;
-            let mut counts = Counts::parse(&info);
-            let (client, server) = stats.cpu_at_reset;
+            let mut counts = Counts::default();
+            let mut server = 0.0;
+            for con in &mut stats.cons {
+                let info: String = redis::cmd("INFO")
+                    .arg("stats")
+                    .arg("commandstats")
+                    .arg("cpu")
+                    .query(con)?;
+                counts.add(&Counts::parse(&info));
+                server += server_cpu(&info);
+            }
+            let (client, server_at_reset) = stats.cpu_at_reset;
             counts.client_cpu_us = ((process_cpu() - client) * 1e6).max(0.0) as u64;
-            counts.server_cpu_us = ((server_cpu(&info) - server) * 1e6).max(0.0) as u64;
+            counts.server_cpu_us = ((server - server_at_reset) * 1e6).max(0.0) as u64;
             Ok(counts)
         })
     }
@@ -105,7 +188,71 @@ impl Ctx {
 
     fn with_stats<T>(&self, f: impl FnOnce(&mut Stats) -> redis::RedisResult<T>) -> Result<T> {
         let mut stats = self.stats.lock().map_err(|_| "stats connection poisoned")?;
-        Ok(tokio::task::block_in_place(|| f(&mut stats))?)
+        Ok(blocking(|| f(&mut stats))?)
+    }
+}
+
+/// Runs blocking work (a synchronous Redis call) from async code: through `block_in_place` on
+/// the multi-thread runtime, in place on a current-thread runtime (whose one thread waits).
+fn blocking<T>(f: impl FnOnce() -> T) -> T {
+    match Handle::try_current().map(|h| h.runtime_flavor()) {
+        Ok(RuntimeFlavor::MultiThread) => tokio::task::block_in_place(f),
+        _ => f(),
+    }
+}
+
+/// One application instance's runtime: where its service or connections are made, so that
+/// their connection and background tasks run there, and where its tasks are spawned.
+#[derive(Clone)]
+pub(crate) struct Peer {
+    handle: Handle,
+    _thread: Option<Arc<PeerThread>>,
+}
+
+/// A peer's own thread; it ends (and its runtime with it) when the last clone is dropped.
+struct PeerThread {
+    _stop: tokio::sync::oneshot::Sender<()>,
+}
+
+impl Peer {
+    /// The runtime this is called on.
+    fn here() -> Peer {
+        Peer {
+            handle: Handle::current(),
+            _thread: None,
+        }
+    }
+
+    /// A current-thread runtime on a new thread.
+    fn thread(index: usize) -> Result<Peer> {
+        let runtime = tokio::runtime::Builder::new_current_thread()
+            .enable_all()
+            .build()?;
+        let handle = runtime.handle().clone();
+        let (stop, stopped) = tokio::sync::oneshot::channel::<()>();
+        std::thread::Builder::new()
+            .name(format!("bench-peer-{index}"))
+            .spawn(move || {
+                runtime.block_on(async {
+                    let _ = stopped.await;
+                });
+            })?;
+        Ok(Peer {
+            handle,
+            _thread: Some(Arc::new(PeerThread { _stop: stop })),
+        })
+    }
+
+    pub(crate) fn handle(&self) -> &Handle {
+        &self.handle
+    }
+
+    /// Runs `f` on this peer's runtime and waits for it.
+    pub(crate) async fn run<T: Send + 'static>(
+        &self,
+        f: impl Future<Output = Result<T>> + Send + 'static,
+    ) -> Result<T> {
+        self.handle.spawn(f).await?
     }
 }
 
@@ -129,7 +276,7 @@ fn server_cpu(info: &str) -> f64 {
         .sum()
 }
 
-fn info_field<'a>(info: &'a str, name: &str) -> Option<&'a str> {
+pub(crate) fn info_field<'a>(info: &'a str, name: &str) -> Option<&'a str> {
     info.lines()
         .find_map(|l| l.strip_prefix(name)?.strip_prefix(':'))
         .map(str::trim)

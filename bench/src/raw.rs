@@ -9,8 +9,8 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::{Duration, Instant};
 
 use redis::Script;
-use redis::aio::MultiplexedConnection;
 
+use crate::conn::{Conn, Endpoint};
 use crate::ctx::{LEASE, Result};
 
 static ACQUIRE: LazyLock<Script> = LazyLock::new(|| {
@@ -29,18 +29,17 @@ static RELEASE: LazyLock<Script> = LazyLock::new(|| {
 /// A waiter gives up (the bench fails) after spinning this long.
 const GIVE_UP: Duration = Duration::from_secs(30);
 
-/// One multiplexed connection; clones share it.
+/// One multiplexed connection (a cluster connection on a cluster); clones share it.
 #[derive(Clone)]
 pub(crate) struct Raw {
-    con: MultiplexedConnection,
+    con: Conn,
 }
 
 impl Raw {
-    pub(crate) async fn connect(url: &str) -> Result<Raw> {
-        let con = redis::Client::open(url)?
-            .get_multiplexed_async_connection()
-            .await?;
-        Ok(Raw { con })
+    pub(crate) async fn connect(redis: &Endpoint) -> Result<Raw> {
+        Ok(Raw {
+            con: redis.connection().await?,
+        })
     }
 
     /// One attempt.

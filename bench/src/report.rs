@@ -4,7 +4,7 @@ use std::time::Duration;
 
 use serde_json::{Value, json};
 
-use crate::ctx::round2;
+use crate::ctx::{Setup, round2};
 
 /// Latencies in microseconds (signed: a wake-up can beat the release's reply).
 #[derive(Debug, Default, Clone)]
@@ -38,6 +38,14 @@ impl Samples {
         sorted[rank.clamp(1, sorted.len()) - 1]
     }
 
+    /// The mean, 0 when empty.
+    pub(crate) fn mean(&self) -> f64 {
+        if self.0.is_empty() {
+            return 0.0;
+        }
+        self.0.iter().sum::<f64>() / self.0.len() as f64
+    }
+
     pub(crate) fn median(&self) -> f64 {
         self.pct(0.5)
     }
@@ -57,12 +65,14 @@ impl Samples {
     }
 }
 
-/// A target of the issue and how this run fared.
+/// A target of the issue and how this run fared, or an informational check (a figure the
+/// issue sets no target for in this setup, compared with a threshold all the same).
 #[derive(Debug, Clone)]
 pub(crate) struct Target {
     pub(crate) what: String,
     pub(crate) measured: String,
     pub(crate) met: bool,
+    pub(crate) informational: bool,
 }
 
 impl Target {
@@ -71,11 +81,38 @@ impl Target {
             what: what.into(),
             measured: measured.into(),
             met,
+            informational: false,
+        }
+    }
+
+    /// An informational check: printed as `(met)` / `(missed)`, never a target.
+    pub(crate) fn info(what: impl Into<String>, measured: impl Into<String>, met: bool) -> Target {
+        Target {
+            informational: true,
+            ..Target::new(what, measured, met)
+        }
+    }
+
+    /// A target, or an informational check when `informational`.
+    pub(crate) fn either(
+        informational: bool,
+        what: impl Into<String>,
+        measured: impl Into<String>,
+        met: bool,
+    ) -> Target {
+        Target {
+            informational,
+            ..Target::new(what, measured, met)
         }
     }
 
     pub(crate) fn verdict(&self) -> &'static str {
-        if self.met { "met" } else { "MISSED" }
+        match (self.informational, self.met) {
+            (false, true) => "met",
+            (false, false) => "MISSED",
+            (true, true) => "(met)",
+            (true, false) => "(missed)",
+        }
     }
 }
 
@@ -126,16 +163,25 @@ impl Scenario {
         }
     }
 
-    pub(crate) fn json_line(&self, mode: &str, redis_version: &str) -> String {
+    pub(crate) fn json_line(&self, setup: &Setup, redis_version: &str) -> String {
         let targets: Vec<Value> = self
             .targets
             .iter()
-            .map(|t| json!({"target": t.what, "measured": t.measured, "met": t.met}))
+            .map(|t| {
+                json!({
+                    "target": t.what,
+                    "measured": t.measured,
+                    "met": t.met,
+                    "informational": t.informational,
+                })
+            })
             .collect();
         let line = json!({
             "scenario": self.id,
             "title": self.title,
-            "mode": mode,
+            "mode": setup.mode(),
+            "runtime": setup.runtime(),
+            "topology": setup.topology(),
             "redis_version": redis_version,
             "variants": self.variants,
             "targets": targets,

@@ -3,31 +3,59 @@
 //! the holder saw the release's reply).
 //!
 //! Variants: holder and waiter in different `LockService`s (the wake-up crosses pub/sub), in
-//! the same service (the release hands the lock to the waiter in its script), and the spinning
-//! baseline on two connections. Before each hand-off the waiter is seen blocked (for us: its
-//! service registered in the lock's waiting set on Redis, which the probe clears before the
-//! holder locks; for the baseline: an attempt failed), then the holder keeps the lock 1 ms
-//! more. PING round trips are sampled between hand-offs in the same run.
+//! the same service (the release hands the lock to the waiter in its script), the
+//! Redisson-style baseline in two services (the waiter sleeps until the release's message), and
+//! the spinning raw baseline on two connections. Before each hand-off the waiter is seen
+//! blocked (for us: its service registered in the lock's waiting set on Redis, which the probe
+//! clears before the holder locks, or in the service's local line; Redisson-style: asleep on
+//! the channel; the raw baseline: an attempt failed), then the holder keeps the lock 1 ms more.
+//! PING round trips are sampled between hand-offs in the same run. The holder's and the
+//! waiter's side run on two peers (with `--current-thread`, two threads with a current-thread
+//! runtime each).
+//!
+//! Acquire attempts per wake-up are counted in a separate phase, for the variants across two
+//! instances: the waiter's connections then go through a relay that counts the script calls
+//! (EVALSHA) sent through it ([`Relay`]), and the attempts of a hand-off are the waiter's
+//! script calls from the holder's release call until the waiter's acquire returned (its
+//! release comes after). The relay adds a hop, so no latency is taken from that phase.
+//!
+//! Targets, across services: median wake-up at most 1 PING round trip, p99 at most 2, at most
+//! one acquire attempt per wake-up, and fewer Redis commands per hand-off than the
+//! Redisson-style baseline.
 
+use std::net::{Ipv4Addr, SocketAddr};
 use std::sync::Arc;
-use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::time::{Duration, Instant};
 
 use lock_runtime::LockService;
 use serde_json::json;
+use tokio::runtime::Handle;
 
-use crate::ctx::{Counts, Ctx, LEASE, Result};
+use crate::conn::Endpoint;
+use crate::ctx::{BoxError, Counts, Ctx, LEASE, Peer, Result};
 use crate::raw::{self, Raw};
-use crate::report::{Samples, Scenario, Target, f1, per_op, ratio};
+use crate::redisson::Redisson;
+use crate::relay::Relay;
+use crate::report::{Samples, Scenario, Target, f1, per_op};
 
-const NAMES: [&str; 3] = [
+const NAMES: [&str; 4] = [
     "LockService, 2 services (pub/sub)",
     "LockService, same service",
+    "Redisson-style, 2 services (pub/sub)",
     "baseline (raw redis, spin)",
 ];
+const ACROSS: usize = 0;
+const SAME: usize = 1;
+const REDISSON: usize = 2;
+const SPIN: usize = 3;
+/// The variants whose waiter's attempts are counted (holder and waiter in two instances).
+const COUNTED: [usize; 3] = [ACROSS, REDISSON, SPIN];
+const KEY: &str = "bench:s4";
 const PINGS_PER_HANDOFF: usize = 5;
-/// The S4 target: median wake-up within this many PING round trips.
-const TARGET_RTTS: f64 = 3.0;
+/// The S4 targets: median and p99 wake-up within this many PING round trips.
+const TARGET_MEDIAN_RTTS: f64 = 1.0;
+const TARGET_P99_RTTS: f64 = 2.0;
 const HOLD_AFTER_BLOCKED: Duration = Duration::from_millis(1);
 const PROBE_LIMIT: Duration = Duration::from_secs(5);
 
@@ -39,125 +67,257 @@ fn elapsed_between(from: Instant, to: Instant) -> f64 {
     }
 }
 
-/// The wake-up of one hand-off in us: from the release returning, and from the release call.
-type Wake = (f64, f64);
-
-/// One hand-off between two of our services (possibly the same one).
-async fn lib_handoff(holder: &LockService, waiter: &LockService, probe: &mut Raw) -> Result<Wake> {
-    const KEY: &str = "bench:s4";
-    // A service that got the lock by hand-off stays registered as waiting for a while; clear
-    // that so the probe below sees this hand-off's waiter.
-    let queue = "lock:{bench:s4}:wq";
-    probe.unlink(queue).await?;
-    let guard = holder
-        .lock(KEY)
-        .lease(LEASE)
-        .wait(Duration::from_secs(2))
-        .await?;
-    let waiting = waiter.clone();
-    let task = tokio::spawn(async move {
-        let guard = waiting
-            .lock(KEY)
-            .lease(LEASE)
-            .wait(Duration::from_secs(10))
-            .await?;
-        let acquired = Instant::now();
-        guard.release().await?;
-        Ok::<_, crate::ctx::BoxError>(acquired)
-    });
-    // A waiter of another service registers in the lock's waiting set when its attempt fails;
-    // a waiter of the holder's own service waits in the local line without asking Redis.
-    let same_service = std::ptr::eq(holder, waiter);
-    let asked = Instant::now();
-    while !(if same_service {
-        waiter.inspect(KEY).await?.local_waiters == 1
-    } else {
-        probe.key_type(queue).await? == "zset"
-    }) {
-        if asked.elapsed() > PROBE_LIMIT {
-            return Err("S4: the waiter never registered as waiting".into());
-        }
-        tokio::task::yield_now().await;
-    }
-    tokio::time::sleep(HOLD_AFTER_BLOCKED).await;
-    let called = Instant::now();
-    guard.release().await?;
-    let released = Instant::now();
-    let acquired = task.await??;
-    Ok((
-        elapsed_between(released, acquired),
-        elapsed_between(called, acquired),
-    ))
+/// One hand-off: the wake-up in us from the release returning and from the release call, and
+/// the waiter's script calls from the release call to its grant (when counted).
+struct Wake {
+    from_return: f64,
+    from_call: f64,
+    attempts: Option<u64>,
 }
 
-/// One hand-off between two baseline connections; the waiter spins.
-async fn raw_handoff(holder: &mut Raw, waiter: &Raw) -> Result<Wake> {
-    let key = raw::key("bench:s4");
-    let token = raw::token();
-    if !holder.try_acquire(&key, &token).await? {
-        return Err("S4 baseline: the key was held".into());
-    }
-    let blocked = Arc::new(AtomicBool::new(false));
-    let (mut spinner, flag, waiter_key) = (waiter.clone(), blocked.clone(), key.clone());
-    let task = tokio::spawn(async move {
-        let token = raw::token();
-        while !spinner.try_acquire(&waiter_key, &token).await? {
-            flag.store(true, Ordering::SeqCst);
-            tokio::task::yield_now().await;
-        }
-        let acquired = Instant::now();
-        spinner.release(&waiter_key, &token).await?;
-        Ok::<_, crate::ctx::BoxError>(acquired)
-    });
-    let asked = Instant::now();
-    while !blocked.load(Ordering::SeqCst) {
-        if asked.elapsed() > PROBE_LIMIT {
-            return Err("S4 baseline: the waiter never tried".into());
-        }
-        tokio::task::yield_now().await;
-    }
-    tokio::time::sleep(HOLD_AFTER_BLOCKED).await;
-    let called = Instant::now();
-    holder.release(&key, &token).await?;
-    let released = Instant::now();
-    let acquired = task.await??;
-    Ok((
-        elapsed_between(released, acquired),
-        elapsed_between(called, acquired),
-    ))
+/// Timestamps of the holder's release and of the waiter's grant, and the script counter at
+/// the release call and at the grant.
+struct Moments {
+    called: Instant,
+    released: Instant,
+    acquired: Instant,
+    before: Option<u64>,
+    seen: Option<u64>,
 }
 
-struct Services {
+impl Moments {
+    fn wake(&self) -> Wake {
+        Wake {
+            from_return: elapsed_between(self.released, self.acquired),
+            from_call: elapsed_between(self.called, self.acquired),
+            attempts: self.before.zip(self.seen).map(|(b, s)| s - b),
+        }
+    }
+}
+
+fn load(counter: &Option<Arc<AtomicU64>>) -> Option<u64> {
+    counter.as_ref().map(|c| c.load(Ordering::SeqCst))
+}
+
+/// Both sides of every variant: the holder's on one peer, the waiter's on another.
+#[derive(Clone)]
+struct Sides {
     a: LockService,
     b: LockService,
+    redisson_a: Redisson,
+    redisson_b: Redisson,
     holder: Raw,
     waiter: Raw,
     probe: Raw,
+    /// The waiter's peer runtime.
+    waiter_rt: Handle,
+    /// The script calls of the waiter's side (its connections go through a relay), if counted.
+    scripts: Option<Arc<AtomicU64>>,
 }
 
-impl Services {
-    async fn handoff(&mut self, variant: usize) -> Result<Wake> {
+impl Sides {
+    async fn handoff(self, variant: usize) -> Result<Wake> {
         match variant {
-            0 => lib_handoff(&self.a, &self.b, &mut self.probe).await,
-            1 => lib_handoff(&self.a, &self.a, &mut self.probe).await,
-            _ => raw_handoff(&mut self.holder, &self.waiter).await,
+            ACROSS => self.lib_handoff(false).await,
+            SAME => self.lib_handoff(true).await,
+            REDISSON => self.redisson_handoff().await,
+            _ => self.raw_handoff().await,
         }
+    }
+
+    /// One hand-off between two of our services, or within one.
+    async fn lib_handoff(mut self, same_service: bool) -> Result<Wake> {
+        // A service that got the lock by hand-off stays registered as waiting for a while;
+        // clear that so the probe below sees this hand-off's waiter.
+        let queue = "lock:{bench:s4}:wq";
+        self.probe.unlink(queue).await?;
+        let guard = self
+            .a
+            .lock(KEY)
+            .lease(LEASE)
+            .wait(Duration::from_secs(2))
+            .await?;
+        let waiting = if same_service {
+            self.a.clone()
+        } else {
+            self.b.clone()
+        };
+        let scripts = self.scripts.clone();
+        let task = self.waiter_rt.spawn(async move {
+            let guard = waiting
+                .lock(KEY)
+                .lease(LEASE)
+                .wait(Duration::from_secs(10))
+                .await?;
+            let acquired = Instant::now();
+            let seen = load(&scripts);
+            guard.release().await?;
+            Ok::<_, BoxError>((acquired, seen))
+        });
+        // A waiter of another service registers in the lock's waiting set when its attempt
+        // fails; a waiter of the holder's own service waits in the local line without asking
+        // Redis.
+        let asked = Instant::now();
+        while !(if same_service {
+            self.a.inspect(KEY).await?.local_waiters == 1
+        } else {
+            self.probe.key_type(queue).await? == "zset"
+        }) {
+            if asked.elapsed() > PROBE_LIMIT {
+                return Err("S4: the waiter never registered as waiting".into());
+            }
+            tokio::task::yield_now().await;
+        }
+        tokio::time::sleep(HOLD_AFTER_BLOCKED).await;
+        let before = load(&self.scripts);
+        let called = Instant::now();
+        guard.release().await?;
+        let released = Instant::now();
+        let (acquired, seen) = task.await??;
+        Ok(Moments {
+            called,
+            released,
+            acquired,
+            before,
+            seen,
+        }
+        .wake())
+    }
+
+    /// One hand-off between two Redisson-style services.
+    async fn redisson_handoff(self) -> Result<Wake> {
+        let owner = self.redisson_a.owner();
+        let wait = Duration::from_secs(2);
+        self.redisson_a.lock(KEY, &owner, LEASE, wait).await?;
+        let (waiting, scripts) = (self.redisson_b.clone(), self.scripts.clone());
+        let task = self.waiter_rt.spawn(async move {
+            let owner = waiting.owner();
+            waiting
+                .lock(KEY, &owner, LEASE, Duration::from_secs(10))
+                .await?;
+            let acquired = Instant::now();
+            let seen = load(&scripts);
+            waiting.unlock(KEY, &owner, LEASE).await?;
+            Ok::<_, BoxError>((acquired, seen))
+        });
+        let asked = Instant::now();
+        while self.redisson_b.parked() == 0 {
+            if asked.elapsed() > PROBE_LIMIT {
+                return Err("S4 Redisson-style: the waiter never went to sleep".into());
+            }
+            tokio::task::yield_now().await;
+        }
+        tokio::time::sleep(HOLD_AFTER_BLOCKED).await;
+        let before = load(&self.scripts);
+        let called = Instant::now();
+        self.redisson_a.unlock(KEY, &owner, LEASE).await?;
+        let released = Instant::now();
+        let (acquired, seen) = task.await??;
+        Ok(Moments {
+            called,
+            released,
+            acquired,
+            before,
+            seen,
+        }
+        .wake())
+    }
+
+    /// One hand-off between two baseline connections; the waiter spins.
+    async fn raw_handoff(mut self) -> Result<Wake> {
+        let key = raw::key(KEY);
+        let token = raw::token();
+        if !self.holder.try_acquire(&key, &token).await? {
+            return Err("S4 baseline: the key was held".into());
+        }
+        let blocked = Arc::new(AtomicBool::new(false));
+        let (mut spinner, flag, waiter_key) = (self.waiter.clone(), blocked.clone(), key.clone());
+        let scripts = self.scripts.clone();
+        let task = self.waiter_rt.spawn(async move {
+            let token = raw::token();
+            while !spinner.try_acquire(&waiter_key, &token).await? {
+                flag.store(true, Ordering::SeqCst);
+                tokio::task::yield_now().await;
+            }
+            let acquired = Instant::now();
+            let seen = load(&scripts);
+            spinner.release(&waiter_key, &token).await?;
+            Ok::<_, BoxError>((acquired, seen))
+        });
+        let asked = Instant::now();
+        while !blocked.load(Ordering::SeqCst) {
+            if asked.elapsed() > PROBE_LIMIT {
+                return Err("S4 baseline: the waiter never tried".into());
+            }
+            tokio::task::yield_now().await;
+        }
+        tokio::time::sleep(HOLD_AFTER_BLOCKED).await;
+        let before = load(&self.scripts);
+        let called = Instant::now();
+        self.holder.release(&key, &token).await?;
+        let released = Instant::now();
+        let (acquired, seen) = task.await??;
+        Ok(Moments {
+            called,
+            released,
+            acquired,
+            before,
+            seen,
+        }
+        .wake())
     }
 }
 
+/// Connects both sides: the holder's on `holder`, the waiter's on `waiter` through `redis_b`
+/// (the server itself, or a relay in front of it).
+async fn connect(
+    ctx: &Ctx,
+    holder: &Peer,
+    waiter: &Peer,
+    redis_b: Endpoint,
+    scripts: Option<Arc<AtomicU64>>,
+) -> Result<Sides> {
+    let redis = ctx.redis.clone();
+    let (a, redisson_a, holder_raw) = holder
+        .run(async move {
+            Ok((
+                LockService::connect(redis.config()).await?,
+                Redisson::connect(&redis).await?,
+                Raw::connect(&redis).await?,
+            ))
+        })
+        .await?;
+    let (b, redisson_b, waiter_raw) = waiter
+        .run(async move {
+            Ok((
+                LockService::connect(redis_b.config()).await?,
+                Redisson::connect(&redis_b).await?,
+                Raw::connect(&redis_b).await?,
+            ))
+        })
+        .await?;
+    Ok(Sides {
+        a,
+        b,
+        redisson_a,
+        redisson_b,
+        holder: holder_raw,
+        waiter: waiter_raw,
+        probe: Raw::connect(&ctx.redis).await?,
+        waiter_rt: waiter.handle().clone(),
+        scripts,
+    })
+}
+
 pub(crate) async fn run(ctx: &Ctx) -> Result<Scenario> {
-    let handoffs = if ctx.quick { 20 } else { 200 };
-    let mut s = Services {
-        a: ctx.service().await?,
-        b: ctx.service().await?,
-        holder: Raw::connect(&ctx.url).await?,
-        waiter: Raw::connect(&ctx.url).await?,
-        probe: Raw::connect(&ctx.url).await?,
-    };
-    let mut ping = Raw::connect(&ctx.url).await?;
+    let (handoffs, counted) = if ctx.quick { (20, 10) } else { (200, 50) };
+    let peers = ctx.peers(2)?;
+    let (holder, waiter) = (&peers[0], &peers[1]);
+    let sides = connect(ctx, holder, waiter, ctx.redis.clone(), None).await?;
+    let mut ping = Raw::connect(&ctx.redis).await?;
     for variant in 0..NAMES.len() {
         for _ in 0..5 {
-            s.handoff(variant).await?;
+            holder.run(sides.clone().handoff(variant)).await?;
         }
     }
     let mut wake = vec![Samples::default(); NAMES.len()];
@@ -176,17 +336,38 @@ pub(crate) async fn run(ctx: &Ctx) -> Result<Scenario> {
                     ping.ping().await?;
                     rtt.push(t.elapsed());
                 }
-                let (from_return, from_start) = s.handoff(variant).await?;
-                samples.push_us(from_return);
-                call_samples.push_us(from_start);
+                let w = holder.run(sides.clone().handoff(variant)).await?;
+                samples.push_us(w.from_return);
+                call_samples.push_us(w.from_call);
             }
             counts[variant].add(&ctx.read()?);
             wake[variant].extend(&samples);
             from_call[variant].extend(&call_samples);
         }
     }
+    drop(sides);
+
+    // The attempts: the waiter's side through a counting relay.
+    let relay = Relay::start(SocketAddr::from((Ipv4Addr::LOCALHOST, ctx.masters[0]))).await?;
+    let through = ctx.redis.via(relay.url());
+    let sides = connect(ctx, holder, waiter, through, Some(relay.scripts())).await?;
+    let mut attempts = vec![Vec::<u64>::new(); NAMES.len()];
+    for variant in COUNTED {
+        holder.run(sides.clone().handoff(variant)).await?;
+        for _ in 0..counted {
+            let w = holder.run(sides.clone().handoff(variant)).await?;
+            attempts[variant].extend(w.attempts);
+        }
+    }
+    drop(sides);
+    drop(relay);
 
     let rtt_median = rtt.median();
+    let attempts_mean = |i: usize| {
+        let a = &attempts[i];
+        a.iter().sum::<u64>() as f64 / a.len().max(1) as f64
+    };
+    let attempts_max = |i: usize| attempts[i].iter().copied().max().unwrap_or(0);
     let mut scenario = Scenario {
         id: "S4",
         title: format!(
@@ -206,6 +387,8 @@ pub(crate) async fn run(ctx: &Ctx) -> Result<Scenario> {
             "median RTTs",
             "cmds/hand-off",
             "round trips/hand-off",
+            "attempts/wake-up: mean",
+            "max",
         ],
         rows: Vec::new(),
         notes: vec![
@@ -213,9 +396,16 @@ pub(crate) async fn run(ctx: &Ctx) -> Result<Scenario> {
              returning (the target's measure); from release call = from calling release"
                 .into(),
             format!(
-                "per hand-off: holder acquire + waiter's failed attempt(s) + release + waiter \
-             acquire + waiter release; the baseline spins during the {HOLD_AFTER_BLOCKED:?} \
-             hold after the waiter was seen blocked"
+                "per hand-off: holder acquire + waiter's failed attempt(s) (Redisson-style: and \
+                 its subscribe, its attempt after it, its unsubscribe) + release + waiter \
+                 acquire + waiter release; the baseline spins during the \
+                 {HOLD_AFTER_BLOCKED:?} hold after the waiter was seen blocked"
+            ),
+            format!(
+                "attempts/wake-up: the waiter's script calls (EVALSHA) from the holder's release \
+                 call until its acquire returned, counted by a relay in front of the waiter's \
+                 connections in {counted} more hand-offs per variant (not timed); the same \
+                 service's hand-off happens inside the release script"
             ),
         ],
         targets: Vec::new(),
@@ -224,6 +414,7 @@ pub(crate) async fn run(ctx: &Ctx) -> Result<Scenario> {
     };
     for (i, name) in NAMES.iter().enumerate() {
         let (w, c, n) = (&wake[i], &counts[i], wake[i].len() as u64);
+        let counted = !attempts[i].is_empty();
         scenario.rows.push(vec![
             (*name).into(),
             f1(w.median()),
@@ -234,6 +425,16 @@ pub(crate) async fn run(ctx: &Ctx) -> Result<Scenario> {
             format!("{:.2}", from_call[i].median() / rtt_median),
             per_op(c.commands(), n),
             per_op(c.requests(), n),
+            if counted {
+                format!("{:.2}", attempts_mean(i))
+            } else {
+                "-".into()
+            },
+            if counted {
+                attempts_max(i).to_string()
+            } else {
+                "-".into()
+            },
         ]);
         scenario.variants.push(json!({
             "variant": name,
@@ -243,16 +444,59 @@ pub(crate) async fn run(ctx: &Ctx) -> Result<Scenario> {
             "from_release_call": from_call[i].json(),
             "from_release_call_median_in_ping_rtts": from_call[i].median() / rtt_median,
             "redis": c.json(n),
+            "attempts_per_wakeup": if counted {
+                json!({
+                    "n": attempts[i].len(),
+                    "mean": attempts_mean(i),
+                    "max": attempts_max(i),
+                })
+            } else {
+                json!(null)
+            },
         }));
     }
-    for (i, name) in NAMES.iter().enumerate().take(2) {
-        let r = wake[i].median() / rtt_median;
-        let suffix = if i == 0 { "" } else { " (informational)" };
-        scenario.targets.push(Target::new(
-            format!("{name}: median wake-up <= {TARGET_RTTS} PING RTTs{suffix}"),
-            format!("{} RTTs", ratio(r).trim_end_matches('x')),
-            r <= TARGET_RTTS,
-        ));
-    }
+    let rtts = |x: f64| format!("{:.2} RTTs", x / rtt_median);
+    let (median, p99) = (wake[ACROSS].median(), wake[ACROSS].pct(0.99));
+    scenario.targets.push(Target::new(
+        format!(
+            "{}: median wake-up <= {TARGET_MEDIAN_RTTS} PING RTT",
+            NAMES[ACROSS]
+        ),
+        rtts(median),
+        median / rtt_median <= TARGET_MEDIAN_RTTS,
+    ));
+    scenario.targets.push(Target::new(
+        format!(
+            "{}: p99 wake-up <= {TARGET_P99_RTTS} PING RTTs",
+            NAMES[ACROSS]
+        ),
+        rtts(p99),
+        p99 / rtt_median <= TARGET_P99_RTTS,
+    ));
+    scenario.targets.push(Target::new(
+        format!("{}: at most 1 acquire attempt per wake-up", NAMES[ACROSS]),
+        format!(
+            "max {}, mean {:.2} over {} hand-offs",
+            attempts_max(ACROSS),
+            attempts_mean(ACROSS),
+            attempts[ACROSS].len()
+        ),
+        attempts_max(ACROSS) <= 1 && !attempts[ACROSS].is_empty(),
+    ));
+    let per_handoff = |i: usize| counts[i].commands() as f64 / wake[i].len().max(1) as f64;
+    scenario.targets.push(Target::new(
+        format!("{}: cmds/hand-off < {}", NAMES[ACROSS], NAMES[REDISSON]),
+        format!("{:.2} vs {:.2}", per_handoff(ACROSS), per_handoff(REDISSON)),
+        per_handoff(ACROSS) < per_handoff(REDISSON),
+    ));
+    let same = wake[SAME].median();
+    scenario.targets.push(Target::info(
+        format!(
+            "{}: median wake-up <= {TARGET_MEDIAN_RTTS} PING RTT",
+            NAMES[SAME]
+        ),
+        rtts(same),
+        same / rtt_median <= TARGET_MEDIAN_RTTS,
+    ));
     Ok(scenario)
 }

@@ -62,7 +62,7 @@ async fn run_kind(ctx: &Ctx, kind: Kind, goods: u64, buys: usize) -> Result<Outc
     for _ in 0..SERVICES {
         services.push(ctx.service().await?);
     }
-    let store = Store::connect(&ctx.url, "bench:s5")
+    let store = Store::connect(ctx.redis.url(), "bench:s5")
         .await?
         .with_checkout(kind.checkout);
     let stock = SegmentedStock::new(&store, goods, kind.segments)

@@ -273,9 +273,9 @@ async fn run_kind(ctx: &Ctx, access: Access, kind: Kind, sections: usize) -> Res
     for _ in 0..kind.instances() {
         vias.push(match (kind, access) {
             (Kind::Raw { .. }, Access::Permit) => {
-                Via::Slots(RawSlots::connect(&ctx.url, SEMAPHORE).await?)
+                Via::Slots(RawSlots::connect(ctx.redis.url(), SEMAPHORE).await?)
             }
-            (Kind::Raw { .. }, _) => Via::Raw(Raw::connect(&ctx.url).await?),
+            (Kind::Raw { .. }, _) => Via::Raw(Raw::connect(&ctx.redis).await?),
             (Kind::Service { .. }, _) => Via::Service(ctx.service().await?),
         });
     }

@@ -98,8 +98,8 @@ pub(super) async fn run(ctx: &Ctx) -> Result<Scenario> {
     };
     let locks = ctx.service().await?;
     let mut paths = Paths {
-        raw: Raw::connect(&ctx.url).await?,
-        slots: RawSlots::connect(&ctx.url, "bench:s1f:sem").await?,
+        raw: Raw::connect(&ctx.redis).await?,
+        slots: RawSlots::connect(ctx.redis.url(), "bench:s1f:sem").await?,
         semaphore: locks.semaphore("bench:s1f", PERMITS),
         locks,
     };

@@ -194,7 +194,7 @@ async fn slice(
     let mut vias = Vec::new();
     for _ in 0..instances {
         vias.push(match kind {
-            Kind::Raw => Via::Raw(Raw::connect(&ctx.url).await?),
+            Kind::Raw => Via::Raw(Raw::connect(&ctx.redis).await?),
             _ => Via::Service(ctx.service().await?),
         });
     }
