@@ -50,15 +50,16 @@ pub(super) struct KeyState {
     turn_watch: TurnWatch,
 }
 
-/// Whether a timer already watches for a turn of another service running out, and when this
-/// service last got a turn itself.
+/// Whether a timer already watches for a turn of another service running out, and when a
+/// wake-up last found the head reserved for a hand-off.
 #[derive(Default)]
 struct TurnWatch {
     armed: bool,
-    /// When a message last gave this service the turn (or anyone's): a release of this
-    /// service that yielded decides whether to wake its head by this (see
+    /// When a wake-up (a message giving this service the turn, a turn timer, a reconnection)
+    /// last reached the head while a release had it reserved, so that it could not act on it:
+    /// a release that yielded decides by this whether to wake the head (see
     /// [`ReleaseEnd::Yielded`]).
-    ours: Option<Instant>,
+    missed: std::cell::Cell<Option<Instant>>,
 }
 
 struct Waiter {
@@ -389,15 +390,13 @@ impl Local {
                 if let Some(i) = reserved {
                     state.waiters[i].state = WaiterState::Parked;
                 }
-                // The turn may already have come back while the release's reply was on its way
-                // (the message travels on another connection): that wake-up found the head
-                // reserved and was spent; wake it now.
+                // A wake-up may have come while the release's reply was on its way (the turn
+                // came back in a message, which travels on another connection; a turn timer
+                // fired; the subscriber reconnected): it found the head reserved and was spent.
+                // Wake the head now.
                 let sent = reservation.as_ref().map(|r| r.at);
-                if state
-                    .turn_watch
-                    .ours
-                    .is_some_and(|t| sent.is_none_or(|s| t >= s))
-                {
+                let missed = state.turn_watch.missed.get();
+                if missed.is_some_and(|t| sent.is_none_or(|s| t >= s)) {
                     wake_front(state);
                 }
                 None
@@ -590,14 +589,6 @@ impl Local {
         }
     }
 
-    /// A release message gave this service (or anyone) the turn of `key`: wakes its head.
-    pub(crate) fn own_turn(&self, key: &str) {
-        if let Some(state) = self.lock().get_mut(key) {
-            state.turn_watch.ours = Some(Instant::now());
-            wake_front(state);
-        }
-    }
-
     /// Wakes the head waiter of `key`.
     pub(crate) fn wake_head(&self, key: &str) {
         if let Some(state) = self.lock().get(key) {
@@ -738,6 +729,9 @@ impl KeyState {
 fn wake_front(state: &KeyState) {
     let mut front = state.waiters.iter();
     if let Some(head) = front.next() {
+        if head.state == WaiterState::Reserved {
+            state.turn_watch.missed.set(Some(Instant::now()));
+        }
         head.wake.notify_one();
         if head.kind.joint {
             for w in front.take_while(|w| w.kind.joint) {

@@ -327,13 +327,15 @@ impl Inner {
         if idle.is_empty() {
             return;
         }
-        match self.backend.unsubscribe(&idle).await {
-            Ok(()) => {
-                for ch in &idle {
-                    subscribed.remove(ch);
-                }
-            }
-            Err(e) => tracing::debug!(error = %e, "unsubscribe failed; will retry"),
+        // Forgotten also when the call failed: it may have run (a reply that timed out; on a
+        // cluster, the channels before the one that failed), and a channel believed subscribed
+        // while it is not would keep its next waiters from ever hearing a release. One still
+        // subscribed is only subscribed again when someone waits on it (idempotent).
+        if let Err(e) = self.backend.unsubscribe(&idle).await {
+            tracing::debug!(error = %e, "unsubscribe failed; the channels are subscribed again when needed");
+        }
+        for ch in &idle {
+            subscribed.remove(ch);
         }
     }
 }

@@ -29,7 +29,7 @@ pub(crate) async fn run(inner: Weak<Inner>, mut pushes: UnboundedReceiver<PushIn
                     continue;
                 };
                 if ours {
-                    inner.local.own_turn(key);
+                    inner.local.wake_head(key);
                 } else {
                     // Another service's turn. If that service went away, nobody claims it and
                     // it runs out: look again then, rather than sleeping through the rest of
