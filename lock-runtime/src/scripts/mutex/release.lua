@@ -60,11 +60,11 @@ local function release(lock, fence_key, queue, turn_key, owner, grant_id, next_o
   -- then
   redis.call('set', turn_key, target, 'px', $TURN_MS)
   redis.call('zadd', queue, 'xx', now_ms() + $TURN_MS, target)
-  if redis.call('pttl', queue) < $TURN_MS then
-    redis.call('pexpire', queue, $TURN_MS)
-  end
   if next_owner ~= '' then
+    -- registered for longer than the turn lasts: the set outlives the turn either way
     register_waiter(queue, $YIELD_HORIZON)
+  elseif redis.call('pttl', queue) < $TURN_MS then
+    redis.call('pexpire', queue, $TURN_MS)
   end
   redis.call($PUBLISH, channel, target)
   return 2, 1, 0
