@@ -1,6 +1,7 @@
 //! Faults on real topologies of their own: a restarted single server, a killed sentinel master
 //! (recovery time, duplicated grants with and without replica acknowledgements, tokens across
-//! the failover), a killed cluster master, a killed static master.
+//! the failover), a killed cluster master, a killed static master, a lock's cluster slot moved
+//! to another master under a waiter.
 //!
 //! The `history_*` tests run the history checker (`lock_tests::history`, module docs there):
 //! three `lock-worker history` processes contend for one lock and write to one fenced resource
@@ -418,6 +419,117 @@ async fn failover_kill_sentinel_master_with_replica_acknowledgements() {
     // the replica with the largest replication offset: the grant cannot be lost, so nobody
     // else can take the lock while its 30 s lease runs.
     assert!(long_survived, "an acknowledged grant survives the failover");
+}
+
+/// Moves `slot` from the master on `from` to the master on `to` the way a resharding does
+/// (`CLUSTER SETSLOT ... IMPORTING / MIGRATING`, `MIGRATE` of its keys, `SETSLOT ... NODE` on
+/// every master). The master that gives the slot up drops the shard-channel subscriptions of
+/// the slot (it sends its subscribers `sunsubscribe`).
+fn migrate_slot(topo: &Topology, slot: u16, from: u16, to: u16, masters: &[u16]) {
+    let id = |port: u16| -> String {
+        redis::cmd("CLUSTER")
+            .arg("MYID")
+            .query(&mut topo.conn(port))
+            .unwrap()
+    };
+    let (from_id, to_id) = (id(from), id(to));
+    let setslot = |port: u16, args: &[&str]| {
+        redis::cmd("CLUSTER")
+            .arg("SETSLOT")
+            .arg(slot)
+            .arg(args)
+            .query::<()>(&mut topo.conn(port))
+            .unwrap();
+    };
+    setslot(to, &["IMPORTING", &from_id]);
+    setslot(from, &["MIGRATING", &to_id]);
+    let keys: Vec<String> = redis::cmd("CLUSTER")
+        .arg("GETKEYSINSLOT")
+        .arg(slot)
+        .arg(1000)
+        .query(&mut topo.conn(from))
+        .unwrap();
+    if !keys.is_empty() {
+        redis::cmd("MIGRATE")
+            .arg("127.0.0.1")
+            .arg(to)
+            .arg("")
+            .arg(0)
+            .arg(5000)
+            .arg("KEYS")
+            .arg(&keys)
+            .query::<()>(&mut topo.conn(from))
+            .unwrap();
+    }
+    setslot(to, &["NODE", &to_id]);
+    setslot(from, &["NODE", &to_id]);
+    for &port in masters.iter().filter(|&&p| p != from && p != to) {
+        setslot(port, &["NODE", &to_id]);
+    }
+}
+
+/// A waiter subscribed to its lock's wake-up channel hears the release after the lock's slot
+/// moved to another master: the master that gave the slot up dropped the subscription (a shard
+/// channel lives with its slot), and the service subscribes again on the new owner. Without that
+/// the waiter would sleep until the holder's lease (30 s here) or its own wait ran out.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn migrate_a_locks_slot_and_its_waiter_still_hears_the_release() {
+    let fx = Fixture::own(Spec::cluster()).await;
+    let holder = fx.service(LONG_WATCHDOG).await;
+    let waiter = fx.service(LONG_WATCHDOG).await;
+    let key = unique_key("migrating");
+    let redis_key = common::lock_key(&key);
+    let channel = format!("{redis_key}:ch");
+    let topo = fx.topo();
+    let slot = topo.key_slot(&redis_key);
+    let from = topo.master_for_slot(slot);
+    let masters: Vec<u16> = topo
+        .node_ports()
+        .into_iter()
+        .filter(|&p| {
+            let role: Vec<redis::Value> = redis::cmd("ROLE").query(&mut topo.conn(p)).unwrap();
+            matches!(role.first(), Some(redis::Value::BulkString(r)) if r == b"master")
+        })
+        .collect();
+    let to = *masters.iter().find(|&&p| p != from).unwrap();
+
+    let held = holder.lock(&key).await.unwrap();
+    let waiting = {
+        let (waiter, key) = (waiter.clone(), key.clone());
+        tokio::spawn(async move { waiter.lock(&key).wait(Duration::from_secs(20)).await })
+    };
+    common::waiters_in_line(&waiter, &key, 1).await;
+    eventually("the waiter subscribed", Duration::from_secs(5), || async {
+        fx.subscribers(&channel) == 1
+    })
+    .await;
+
+    migrate_slot(topo, slot, from, to, &masters);
+    eventually("the slot moved", Duration::from_secs(10), || async {
+        topo.master_for_slot(slot) == to
+    })
+    .await;
+    eventually(
+        "the waiter subscribed on the new owner",
+        Duration::from_secs(10),
+        || async { fx.subscribers(&channel) == 1 },
+    )
+    .await;
+
+    let released = Instant::now();
+    held.release().await.unwrap();
+    let got = tokio::time::timeout(Duration::from_secs(5), waiting)
+        .await
+        .unwrap_or_else(|_| {
+            panic!("the waiter did not hear the release within 5 s of it (lease 30 s)")
+        })
+        .unwrap()
+        .unwrap();
+    println!(
+        "the waiter got the lock {:?} after the release",
+        released.elapsed()
+    );
+    got.release().await.unwrap();
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

@@ -46,6 +46,21 @@ pub(crate) async fn run(inner: Weak<Inner>, mut pushes: UnboundedReceiver<PushIn
                     inner.runtime.spawn(resubscribe(Arc::downgrade(&inner)));
                 }
             }
+            // A subscription ended that someone here still waits on: not one of this
+            // service's own unsubscriptions (those are of channels nobody waited on), but the
+            // server's - in a cluster, the master that gives a slot up drops the shard channels
+            // of that slot. Subscribe again (on the slot's new owner) and look again.
+            PushKind::Unsubscribe | PushKind::SUnsubscribe => {
+                let waited = push
+                    .data
+                    .first()
+                    .and_then(lock_key_of_channel)
+                    .is_some_and(|key| inner.local.has_waiters(key));
+                if waited && !inner.resubscribing.swap(true, Ordering::SeqCst) {
+                    tracing::debug!("the server dropped a wake-up subscription; subscribing again");
+                    inner.runtime.spawn(resubscribe(Arc::downgrade(&inner)));
+                }
+            }
             _ => {}
         }
     }
