@@ -95,6 +95,30 @@ impl Moments {
     }
 }
 
+/// Holds on for [`HOLD_AFTER_BLOCKED`] after the waiter blocked, then releases with `release`
+/// and waits for the waiter (`waiter`: when it got the lock and the script calls counted then):
+/// the moments of one hand-off.
+async fn release_to_waiter(
+    scripts: Option<Arc<AtomicU64>>,
+    release: impl Future<Output = Result<()>>,
+    waiter: tokio::task::JoinHandle<Result<(Instant, Option<u64>)>>,
+) -> Result<Wake> {
+    tokio::time::sleep(HOLD_AFTER_BLOCKED).await;
+    let before = load(&scripts);
+    let called = Instant::now();
+    release.await?;
+    let released = Instant::now();
+    let (acquired, seen) = waiter.await??;
+    Ok(Moments {
+        called,
+        released,
+        acquired,
+        before,
+        seen,
+    }
+    .wake())
+}
+
 fn load(counter: &Option<Arc<AtomicU64>>) -> Option<u64> {
     counter.as_ref().map(|c| c.load(Ordering::SeqCst))
 }
@@ -168,20 +192,11 @@ impl Sides {
             }
             tokio::task::yield_now().await;
         }
-        tokio::time::sleep(HOLD_AFTER_BLOCKED).await;
-        let before = load(&self.scripts);
-        let called = Instant::now();
-        guard.release().await?;
-        let released = Instant::now();
-        let (acquired, seen) = task.await??;
-        Ok(Moments {
-            called,
-            released,
-            acquired,
-            before,
-            seen,
-        }
-        .wake())
+        let release = async {
+            guard.release().await?;
+            Ok(())
+        };
+        release_to_waiter(self.scripts.clone(), release, task).await
     }
 
     /// One hand-off between two Redisson-style services.
@@ -207,20 +222,11 @@ impl Sides {
             }
             tokio::task::yield_now().await;
         }
-        tokio::time::sleep(HOLD_AFTER_BLOCKED).await;
-        let before = load(&self.scripts);
-        let called = Instant::now();
-        self.redisson_a.unlock(KEY, &owner, LEASE).await?;
-        let released = Instant::now();
-        let (acquired, seen) = task.await??;
-        Ok(Moments {
-            called,
-            released,
-            acquired,
-            before,
-            seen,
-        }
-        .wake())
+        let release = async {
+            self.redisson_a.unlock(KEY, &owner, LEASE).await?;
+            Ok(())
+        };
+        release_to_waiter(self.scripts.clone(), release, task).await
     }
 
     /// One hand-off between two baseline connections; the waiter spins.
@@ -251,20 +257,11 @@ impl Sides {
             }
             tokio::task::yield_now().await;
         }
-        tokio::time::sleep(HOLD_AFTER_BLOCKED).await;
-        let before = load(&self.scripts);
-        let called = Instant::now();
-        self.holder.release(&key, &token).await?;
-        let released = Instant::now();
-        let (acquired, seen) = task.await??;
-        Ok(Moments {
-            called,
-            released,
-            acquired,
-            before,
-            seen,
-        }
-        .wake())
+        let release = async {
+            self.holder.release(&key, &token).await?;
+            Ok(())
+        };
+        release_to_waiter(self.scripts.clone(), release, task).await
     }
 }
 
