@@ -6,8 +6,8 @@ use std::future::Future;
 
 pub use ::core::time::Duration;
 
-pub use crate::LockError;
 use crate::config::DefaultWait;
+pub use crate::error::LockError;
 use crate::{context, registry};
 
 /// How long the annotated fn waits for the lock.
@@ -79,15 +79,15 @@ where
                 request = request.lease(lease);
             }
             let guard = request.await?;
-            context::run_body(guard.core, on_lost, body).await?
+            context::run_body(vec![guard.core], on_lost, body).await?
         }
         Locks::Read(key) => {
             let core = rw_core(service.read(key).metric_label(label), lease, wait).await?;
-            context::run_body(core, on_lost, body).await?
+            context::run_body(vec![core], on_lost, body).await?
         }
         Locks::Write(key) => {
             let core = rw_core(service.write(key).metric_label(label), lease, wait).await?;
-            context::run_body(core, on_lost, body).await?
+            context::run_body(vec![core], on_lost, body).await?
         }
         Locks::All(keys) => {
             let mut request = service
@@ -98,14 +98,14 @@ where
                 request = request.lease(lease);
             }
             let guard = request.await?;
-            context::run_multi_body(guard, on_lost, body).await?
+            context::run_body(guard.into_cores(), on_lost, body).await?
         }
     }
 }
 
 /// Acquires a read or write hold with the attribute's lease and wait.
 async fn rw_core<G: Send + 'static>(
-    mut request: crate::RwRequest<'_, G>,
+    mut request: crate::kinds::rw::RwRequest<'_, G>,
     lease: Option<Duration>,
     wait: Option<Duration>,
 ) -> Result<crate::engine::Guard, LockError> {

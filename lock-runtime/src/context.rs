@@ -4,9 +4,8 @@
 use std::future::Future;
 use std::pin::pin;
 
-use crate::engine::Guard;
-use crate::error::LockError;
-use crate::kinds::multi::MultiGuard;
+use crate::engine::{Guard, guard};
+use crate::error::{ErrorKind, LockError};
 use crate::owner;
 
 tokio::task_local! {
@@ -51,45 +50,23 @@ pub(crate) enum OnLost {
     Continue,
 }
 
-/// Runs `body` as the locked body of `guard`'s hold: lock calls in it (however deep) re-enter
-/// the hold, [`current_fence`] reads its token. The hold is released after the body, also when
-/// it panics or the returned future is dropped (the guard's drop releases in the background).
+/// Runs `body` as the locked body of the holds `cores` (one lock, or the locks of a multi-key
+/// hold in the order they were taken): lock calls in it (however deep) re-enter any of them,
+/// [`current_fence`] and [`current_lock_key`] read the first. The holds are released after
+/// the body, also when it panics or the returned future is dropped (the guards' drop releases
+/// in the background).
 ///
-/// Returns `Err` (kind `Lost`) when the lock was lost while the body ran and `on_lost` stopped
+/// Returns `Err` (kind `Lost`) when a lock was lost while the body ran and `on_lost` stopped
 /// it.
 pub(crate) async fn run_body<T>(
-    guard: Guard,
+    cores: Vec<Guard>,
     on_lost: OnLost,
     body: impl Future<Output = T>,
 ) -> Result<T, LockError> {
-    let held = Held::of(&guard);
-    let (service, lock) = guard.chain_frame();
-    let body = owner::body_scope(service, lock, guard.owner().clone(), body);
-    let outcome = watch(held, body, guard.lost(), on_lost).await;
-    if outcome.is_ok()
-        && let Err(e) = guard.release().await
-    {
-        // The body has run: its result stands. The lock is gone or expires by its lease; the
-        // fencing token is what protects the data from here.
-        tracing::warn!(error = %e, "releasing after the locked body failed");
-    }
-    outcome
-}
-
-/// [`run_body`] for the locks of a multi-key hold: lock calls in the body re-enter any of
-/// them; the body is stopped (with `OnLost::Fail`) when any of them is lost; all are released
-/// after it. [`current_fence`] and [`current_lock_key`] read the first lock in the order they
-/// were taken (the order of their Redis keys, the same in every process).
-pub(crate) async fn run_multi_body<T>(
-    guard: MultiGuard,
-    on_lost: OnLost,
-    body: impl Future<Output = T>,
-) -> Result<T, LockError> {
-    let cores: Vec<&Guard> = guard.guards().iter().map(|g| &g.core).collect();
     let Some(first) = cores.first() else {
         // `lock_all` refuses an empty list before acquiring anything
         return Err(LockError::new(
-            crate::ErrorKind::InvalidKey,
+            ErrorKind::InvalidKey,
             "a multi-key lock was given no keys",
         ));
     };
@@ -99,10 +76,13 @@ pub(crate) async fn run_multi_body<T>(
         (service, lock, core.owner().clone())
     });
     let body = owner::bodies_scope(holds, body);
-    let outcome = watch(held, body, guard.lost(), on_lost).await;
+    let refs: Vec<&Guard> = cores.iter().collect();
+    let outcome = watch(held, body, guard::lost_any(&refs), on_lost).await;
     if outcome.is_ok()
-        && let Err(e) = guard.release().await
+        && let Err(e) = guard::release_all(cores).await
     {
+        // The body has run: its result stands. The lock is gone or expires by its lease; the
+        // fencing token is what protects the data from here.
         tracing::warn!(error = %e, "releasing after the locked body failed");
     }
     outcome

@@ -45,67 +45,13 @@ use std::sync::atomic::{AtomicBool, Ordering};
 
 use tokio::sync::broadcast;
 
-use crate::inspect::{HoldMode, LockKind};
 use crate::metrics;
 use crate::owner::OwnerId;
+pub use crate::vocab::LossReason;
+use crate::vocab::{HoldMode, LockKind};
 
 /// How many events a receiver may fall behind before it loses the oldest.
 pub const CAPACITY: usize = 1024;
-
-/// The `kind` label of a hold in metrics: `lock` (a mutex, also each key of
-/// [`LockService::lock_all`](crate::LockService::lock_all)), `read`, `write` or `semaphore`.
-pub(crate) const fn kind_label(mode: HoldMode) -> &'static str {
-    match mode {
-        HoldMode::Exclusive => "lock",
-        HoldMode::Read => "read",
-        HoldMode::Write => "write",
-        HoldMode::Permits => "semaphore",
-    }
-}
-
-/// The lock kind a hold of `mode` is of.
-pub(crate) const fn lock_kind(mode: HoldMode) -> LockKind {
-    match mode {
-        HoldMode::Exclusive => LockKind::Mutex,
-        HoldMode::Read | HoldMode::Write => LockKind::ReadWrite,
-        HoldMode::Permits => LockKind::Semaphore,
-    }
-}
-
-/// Why a hold was lost.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
-#[non_exhaustive]
-pub enum LossReason {
-    /// Its validity deadline passed while it was held: a fixed lease ran out, or the watchdog
-    /// could not renew it in time (Redis unreachable). Someone else may hold it now.
-    LeaseRanOut,
-    /// A renewal, re-entry or extension found it gone on Redis: it expired there, or it was
-    /// force-unlocked from another service.
-    FoundGone,
-    /// This service force-unlocked it ([`LockService::force_unlock`](crate::LockService::force_unlock)).
-    ForceUnlocked,
-}
-
-impl LossReason {
-    /// `lease_ran_out`, `found_gone` or `force_unlocked`: the value of the `reason` label.
-    pub const fn as_str(self) -> &'static str {
-        match self {
-            LossReason::LeaseRanOut => "lease_ran_out",
-            LossReason::FoundGone => "found_gone",
-            LossReason::ForceUnlocked => "force_unlocked",
-        }
-    }
-}
-
-impl fmt::Display for LossReason {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.write_str(match self {
-            LossReason::LeaseRanOut => "its lease ran out",
-            LossReason::FoundGone => "it was found gone on Redis",
-            LossReason::ForceUnlocked => "it was force-unlocked",
-        })
-    }
-}
 
 /// Something that happened to a lock of a service; from [`LockService::events`](crate::LockService::events).
 ///
@@ -311,11 +257,11 @@ impl HoldInfo {
         metrics::lost(self.mode, self.label, reason);
         match reason {
             LossReason::ForceUnlocked => tracing::warn!(
-                kind = kind_label(self.mode), key = %self.key, owner = %self.owner,
+                kind = self.mode.label(), key = %self.key, owner = %self.owner,
                 fence = self.fence, reason = reason.as_str(), "lock lost while held: {reason}"
             ),
             LossReason::LeaseRanOut | LossReason::FoundGone => tracing::error!(
-                kind = kind_label(self.mode), key = %self.key, owner = %self.owner,
+                kind = self.mode.label(), key = %self.key, owner = %self.owner,
                 fence = self.fence, reason = reason.as_str(), "lock lost while held: {reason}"
             ),
         }
@@ -323,7 +269,7 @@ impl HoldInfo {
             &self.events,
             LockEvent::Lost {
                 key: self.key.clone(),
-                kind: lock_kind(self.mode),
+                kind: self.mode.kind(),
                 mode: self.mode,
                 owner: self.owner.clone(),
                 fence: self.fence,
@@ -336,13 +282,13 @@ impl HoldInfo {
     /// The watchdog renewed the hold.
     pub(crate) fn renewed(&self) {
         metrics::renewed(self.mode, self.label);
-        tracing::trace!(kind = kind_label(self.mode), key = %self.key, owner = %self.owner, fence = self.fence, "lock renewed");
+        tracing::trace!(kind = self.mode.label(), key = %self.key, owner = %self.owner, fence = self.fence, "lock renewed");
         if self.events.receiver_count() > 0 {
             send(
                 &self.events,
                 LockEvent::Renewed {
                     key: self.key.clone(),
-                    kind: lock_kind(self.mode),
+                    kind: self.mode.kind(),
                     mode: self.mode,
                     owner: self.owner.clone(),
                     fence: self.fence,
@@ -360,7 +306,7 @@ impl HoldInfo {
                 &self.events,
                 LockEvent::RenewalFailed {
                     key: self.key.clone(),
-                    kind: lock_kind(self.mode),
+                    kind: self.mode.kind(),
                     mode: self.mode,
                     owner: self.owner.clone(),
                     fence: self.fence,

@@ -187,12 +187,13 @@ pub mod owner;
 mod registry;
 mod scripts;
 mod service;
+mod vocab;
 
 pub use config::{DefaultWait, LockConfig, TlsConfig, Topology};
 pub use context::{Held, current_fence, current_lock_key};
 pub use error::{ErrorKind, LockError};
-pub use events::{LockEvent, LossReason};
-pub use inspect::{HoldMode, Holder, LockKind};
+pub use events::LockEvent;
+pub use inspect::{Holder, LockInfo};
 pub use kinds::multi::{MultiGuard, MultiRequest};
 pub use kinds::mutex::{LockGuard, LockRequest};
 pub use kinds::rw::{ReadGuard, ReadRequest, RwRequest, WriteGuard, WriteRequest};
@@ -201,7 +202,8 @@ pub use owner::OwnerId;
 pub use registry::{
     CONFIG_ENV, DEFAULT_CONFIG_FILE, global, init, init_from_env, init_from_file, try_global,
 };
-pub use service::{LockInfo, LockService};
+pub use service::LockService;
+pub use vocab::{HoldMode, LockKind, LossReason};
 
 /// Runs an async fn only while it holds a distributed lock; see the `lock-macros` crate docs.
 #[cfg(feature = "macros")]

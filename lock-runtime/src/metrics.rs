@@ -56,10 +56,7 @@
 
 use std::time::Duration;
 
-use crate::events::LossReason;
-#[cfg(feature = "metrics")]
-use crate::events::kind_label;
-use crate::inspect::HoldMode;
+use crate::vocab::{HoldMode, LossReason};
 
 /// Histogram: seconds an acquire call took, by `kind`, `key` and `outcome`.
 pub const ACQUIRE_SECONDS: &str = "distributed_lock_acquire_seconds";
@@ -195,7 +192,7 @@ pub(crate) fn acquired(
 ) {
     #[cfg(feature = "metrics")]
     {
-        let k = kind_label(mode);
+        let k = mode.label();
         metrics::histogram!(ACQUIRE_SECONDS, KIND => k, KEY => key, OUTCOME => outcome.as_str())
             .record(took);
         match (outcome, how) {
@@ -225,7 +222,7 @@ pub(crate) fn acquired(
 #[inline]
 pub(crate) fn released(mode: HoldMode, key: &'static str, held: Duration) {
     #[cfg(feature = "metrics")]
-    metrics::histogram!(HOLD_SECONDS, KIND => kind_label(mode), KEY => key).record(held);
+    metrics::histogram!(HOLD_SECONDS, KIND => mode.label(), KEY => key).record(held);
     #[cfg(not(feature = "metrics"))]
     let _ = (mode, key, held);
 }
@@ -234,7 +231,7 @@ pub(crate) fn released(mode: HoldMode, key: &'static str, held: Duration) {
 #[inline]
 pub(crate) fn lost(mode: HoldMode, key: &'static str, reason: LossReason) {
     #[cfg(feature = "metrics")]
-    metrics::counter!(LOST_TOTAL, KIND => kind_label(mode), KEY => key, REASON => reason.as_str())
+    metrics::counter!(LOST_TOTAL, KIND => mode.label(), KEY => key, REASON => reason.as_str())
         .increment(1);
     #[cfg(not(feature = "metrics"))]
     let _ = (mode, key, reason);
@@ -244,7 +241,7 @@ pub(crate) fn lost(mode: HoldMode, key: &'static str, reason: LossReason) {
 #[inline]
 pub(crate) fn renewed(mode: HoldMode, key: &'static str) {
     #[cfg(feature = "metrics")]
-    metrics::counter!(RENEWALS_TOTAL, KIND => kind_label(mode), KEY => key).increment(1);
+    metrics::counter!(RENEWALS_TOTAL, KIND => mode.label(), KEY => key).increment(1);
     #[cfg(not(feature = "metrics"))]
     let _ = (mode, key);
 }
@@ -253,7 +250,7 @@ pub(crate) fn renewed(mode: HoldMode, key: &'static str) {
 #[inline]
 pub(crate) fn renewal_failed(mode: HoldMode, key: &'static str) {
     #[cfg(feature = "metrics")]
-    metrics::counter!(RENEWAL_FAILURES_TOTAL, KIND => kind_label(mode), KEY => key).increment(1);
+    metrics::counter!(RENEWAL_FAILURES_TOTAL, KIND => mode.label(), KEY => key).increment(1);
     #[cfg(not(feature = "metrics"))]
     let _ = (mode, key);
 }
@@ -263,7 +260,7 @@ pub(crate) fn renewal_failed(mode: HoldMode, key: &'static str) {
 pub(crate) fn waiter(mode: HoldMode, key: &'static str, joined: bool) {
     #[cfg(feature = "metrics")]
     {
-        let gauge = metrics::gauge!(WAITERS, KIND => kind_label(mode), KEY => key);
+        let gauge = metrics::gauge!(WAITERS, KIND => mode.label(), KEY => key);
         if joined {
             gauge.increment(1.0);
         } else {
@@ -292,7 +289,7 @@ pub(crate) fn script_call(script: &'static str, ok: bool) {
 #[inline]
 pub(crate) fn batch(mode: HoldMode, ops: usize) {
     #[cfg(feature = "metrics")]
-    metrics::histogram!(BATCH_OPERATIONS, KIND => kind_label(mode)).record(ops as f64);
+    metrics::histogram!(BATCH_OPERATIONS, KIND => mode.label()).record(ops as f64);
     #[cfg(not(feature = "metrics"))]
     let _ = (mode, ops);
 }

@@ -360,19 +360,8 @@ pub(crate) fn chain_scope<F: Future>(
     )
 }
 
-/// Runs `future` as the body locked by the hold of `owner` on `lock` of `service`: lock calls
-/// in it re-enter that hold.
-pub(crate) fn body_scope<F: Future>(
-    service: usize,
-    lock: Arc<str>,
-    owner: OwnerId,
-    future: F,
-) -> TaskLocalFuture<Chain, F> {
-    bodies_scope([(service, lock, owner)], future)
-}
-
-/// [`body_scope`] for a body locked by several holds at once (a multi-key lock), each given as
-/// `(service, lock, owner)`: lock calls in it re-enter any of them.
+/// Runs `future` as the locked body of holds, each given as `(service, lock, owner)` (one, or
+/// the locks of a multi-key hold): lock calls in it re-enter any of them.
 pub(crate) fn bodies_scope<F: Future>(
     holds: impl IntoIterator<Item = (usize, Arc<str>, OwnerId)>,
     future: F,

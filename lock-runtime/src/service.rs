@@ -6,11 +6,17 @@ use std::time::Duration;
 
 use crate::backend::Backend;
 use crate::config::LockConfig;
-use crate::engine::{Inner, KeyNames, notify, owner_field, watchdog};
+use crate::engine::{Engine, notify, owner_field, watchdog};
 use crate::error::LockError;
-use crate::inspect::{Holder, LockKind};
-use crate::kinds::mutex::LockRequest;
+use crate::events::LockEvent;
+use crate::inspect::{self, LockInfo};
+use crate::kinds::multi::MultiRequest;
+use crate::kinds::mutex::{self, LockRequest};
+use crate::kinds::rw::{ReadRequest, WriteRequest};
+use crate::kinds::semaphore::Semaphore;
+use crate::kinds::{self, layout};
 use crate::owner;
+use crate::vocab::LockKind;
 
 /// A connection to Redis that hands out distributed locks.
 ///
@@ -34,7 +40,7 @@ use crate::owner;
 /// ```
 #[derive(Clone)]
 pub struct LockService {
-    pub(crate) inner: Arc<Inner>,
+    pub(crate) inner: Arc<Engine>,
 }
 
 impl LockService {
@@ -45,7 +51,7 @@ impl LockService {
     /// shuts down. (The global service of [`init`](crate::init) runs on a thread of its own.)
     ///
     /// # Errors
-    /// [`ErrorKind::Config`](crate::ErrorKind::Config) for an invalid configuration; [`ErrorKind::Backend`](crate::ErrorKind::Backend) when Redis
+    /// [`ErrorKind::Config`](crate::ErrorKind::Config)(crate::ErrorKind::Config) for an invalid configuration; [`ErrorKind::Backend`](crate::ErrorKind::Backend)(crate::ErrorKind::Backend) when Redis
     /// cannot be reached within `connect_timeout`.
     pub async fn connect(config: LockConfig) -> Result<LockService, LockError> {
         config.validate()?;
@@ -53,7 +59,7 @@ impl LockService {
         let backend = Backend::connect(&config, push_tx).await?;
         let runtime = tokio::runtime::Handle::current();
         let period = config.watchdog_timeout() / 3;
-        let inner = Arc::new(Inner::new(backend, config, runtime.clone()));
+        let inner = Arc::new(Engine::new(backend, config, runtime.clone()));
         runtime.spawn(watchdog::run(Arc::downgrade(&inner), period));
         runtime.spawn(notify::run(Arc::downgrade(&inner), push_rx));
         Ok(LockService { inner })
@@ -65,7 +71,7 @@ impl LockService {
     /// explicit owner of an [`owner::scope`]; otherwise it is a new owner (see [`owner`]). See
     /// [`LockRequest`] for the options.
     pub fn lock(&self, key: impl Into<String>) -> LockRequest<'_> {
-        LockRequest::new(self, key.into())
+        LockRequest::new(&self.inner, key.into())
     }
 
     /// Starts a request for a read (shared) hold of the read-write lock `key`: many readers at
@@ -74,32 +80,32 @@ impl LockService {
     /// (downgrade). See [`ReadGuard`](crate::ReadGuard).
     ///
     /// A read-write lock `key` is not the mutex `key`: they live under different Redis keys.
-    pub fn read(&self, key: impl Into<String>) -> crate::ReadRequest<'_> {
-        crate::ReadRequest::read(self, key.into())
+    pub fn read(&self, key: impl Into<String>) -> ReadRequest<'_> {
+        ReadRequest::read(&self.inner, key.into())
     }
 
     /// Starts a request for the write (exclusive) hold of the read-write lock `key`: no other
     /// writer and no reader meanwhile; fenced. An owner that holds `key` for reading gets
-    /// [`ErrorKind::WouldDeadlock`](crate::ErrorKind::WouldDeadlock) at once (an upgrade would
+    /// [`ErrorKind::WouldDeadlock`](crate::ErrorKind::WouldDeadlock)(crate::ErrorKind::WouldDeadlock) at once (an upgrade would
     /// wait for itself). See [`WriteGuard`](crate::WriteGuard).
-    pub fn write(&self, key: impl Into<String>) -> crate::WriteRequest<'_> {
-        crate::WriteRequest::write(self, key.into())
+    pub fn write(&self, key: impl Into<String>) -> WriteRequest<'_> {
+        WriteRequest::write(&self.inner, key.into())
     }
 
     /// Starts a request for every lock in `keys` at once (all or nothing; see
     /// [`MultiRequest`](crate::MultiRequest)), e.g. both accounts of a transfer.
-    pub fn lock_all<I>(&self, keys: I) -> crate::MultiRequest<'_>
+    pub fn lock_all<I>(&self, keys: I) -> MultiRequest<'_>
     where
         I: IntoIterator,
         I::Item: Into<String>,
     {
-        crate::MultiRequest::new(self, keys.into_iter().map(Into::into).collect())
+        MultiRequest::new(&self.inner, keys.into_iter().map(Into::into).collect())
     }
 
     /// The semaphore `name` with `permits` permits cluster-wide (see
     /// [`Semaphore`](crate::Semaphore)).
-    pub fn semaphore(&self, name: impl Into<String>, permits: u32) -> crate::Semaphore {
-        crate::Semaphore::new(self.clone(), name.into(), permits)
+    pub fn semaphore(&self, name: impl Into<String>, permits: u32) -> Semaphore {
+        Semaphore::new(self.inner.clone(), name.into(), permits)
     }
 
     /// Tries once, without waiting: `lock(key).wait(Duration::ZERO)`.
@@ -110,19 +116,19 @@ impl LockService {
     /// Whether anyone holds `key`.
     ///
     /// # Errors
-    /// [`ErrorKind::InvalidKey`](crate::ErrorKind::InvalidKey) or [`ErrorKind::Backend`](crate::ErrorKind::Backend).
+    /// [`ErrorKind::InvalidKey`](crate::ErrorKind::InvalidKey)(crate::ErrorKind::InvalidKey) or [`ErrorKind::Backend`](crate::ErrorKind::Backend)(crate::ErrorKind::Backend).
     pub async fn is_locked(&self, key: &str) -> Result<bool, LockError> {
         Ok(self.inspect(key).await?.holder.is_some())
     }
 
     /// Removes the lock `key` whoever holds it, and wakes its waiters. Returns whether a lock
     /// was removed. Holders learn it at their next renewal (`LockGuard::lost`); their release
-    /// then fails with [`ErrorKind::NotHeld`](crate::ErrorKind::NotHeld).
+    /// then fails with [`ErrorKind::NotHeld`](crate::ErrorKind::NotHeld)(crate::ErrorKind::NotHeld).
     /// [`force_unlock_kind`](Self::force_unlock_kind) does it for every kind and says what it
     /// removed.
     ///
     /// # Errors
-    /// [`ErrorKind::InvalidKey`](crate::ErrorKind::InvalidKey) or [`ErrorKind::Backend`](crate::ErrorKind::Backend).
+    /// [`ErrorKind::InvalidKey`](crate::ErrorKind::InvalidKey)(crate::ErrorKind::InvalidKey) or [`ErrorKind::Backend`](crate::ErrorKind::Backend)(crate::ErrorKind::Backend).
     pub async fn force_unlock(&self, key: &str) -> Result<bool, LockError> {
         Ok(self
             .force_unlock_kind(LockKind::Mutex, key)
@@ -150,7 +156,7 @@ impl LockService {
     /// }
     /// # }
     /// ```
-    pub fn events(&self) -> tokio::sync::broadcast::Receiver<crate::LockEvent> {
+    pub fn events(&self) -> tokio::sync::broadcast::Receiver<LockEvent> {
         self.inner.events.subscribe()
     }
 
@@ -160,7 +166,7 @@ impl LockService {
     /// [`list`](Self::list) finds them.
     ///
     /// # Errors
-    /// [`ErrorKind::InvalidKey`](crate::ErrorKind::InvalidKey) or [`ErrorKind::Backend`](crate::ErrorKind::Backend).
+    /// [`ErrorKind::InvalidKey`](crate::ErrorKind::InvalidKey)(crate::ErrorKind::InvalidKey) or [`ErrorKind::Backend`](crate::ErrorKind::Backend)(crate::ErrorKind::Backend).
     pub async fn inspect(&self, key: &str) -> Result<LockInfo, LockError> {
         self.inspect_kind(LockKind::Mutex, key).await
     }
@@ -168,10 +174,10 @@ impl LockService {
     /// Whether the current owner (see [`owner`]) holds `key`.
     ///
     /// # Errors
-    /// [`ErrorKind::InvalidKey`](crate::ErrorKind::InvalidKey) or [`ErrorKind::Backend`](crate::ErrorKind::Backend).
+    /// [`ErrorKind::InvalidKey`](crate::ErrorKind::InvalidKey)(crate::ErrorKind::InvalidKey) or [`ErrorKind::Backend`](crate::ErrorKind::Backend)(crate::ErrorKind::Backend).
     pub async fn is_held_by_current(&self, key: &str) -> Result<bool, LockError> {
-        let names = self.names(key)?;
-        let Some(owner) = owner::enclosing(self.id(), &names.lock) else {
+        let names = self.inner.names(mutex::LAYOUT.namespace, key)?;
+        let Some(owner) = owner::enclosing(self.inner.id(), &names.lock) else {
             return Ok(false);
         };
         let holder = self.inspect(key).await?.holder;
@@ -182,14 +188,72 @@ impl LockService {
     pub fn config(&self) -> &LockConfig {
         &self.inner.config
     }
+}
 
-    /// Identifies the service among the lock domains of a call chain.
-    pub(crate) fn id(&self) -> usize {
-        Arc::as_ptr(&self.inner) as usize
+/// Operators' methods: what is held, by whom, and breaking a lock whoever holds it (see
+/// [`inspect`](crate::inspect)).
+impl LockService {
+    /// The locks of every kind held now under this service's prefix whose key matches the glob
+    /// `pattern` (`*` any text, `?` one character, `[abc]` one of; `None`: all), sorted by key
+    /// and kind, each as [`inspect_kind`](Self::inspect_kind) gives it.
+    ///
+    /// The keys are found with `SCAN` (never `KEYS`, which blocks Redis) on the master, and on
+    /// every master of a cluster, then inspected one by one: a lock taken or released meanwhile
+    /// may be missing or shown as it was a moment ago. Auxiliary keys (fence counters, waiting
+    /// sets, turn markers) are skipped, and so are locks whose holds all ran out.
+    ///
+    /// # Errors
+    /// [`ErrorKind::Backend`](crate::ErrorKind::Backend) when Redis failed or did not answer within `response_timeout`.
+    pub async fn list(&self, pattern: Option<&str>) -> Result<Vec<LockInfo>, LockError> {
+        inspect::list(&self.inner, &kinds::layouts(), pattern).await
     }
 
-    pub(crate) fn names(&self, key: &str) -> Result<KeyNames, LockError> {
-        KeyNames::new(self.inner.config.prefix(), key).map_err(|e| e.with_key(key))
+    /// The state of the lock `key` of `kind` on Redis: its holders (with their request ids and
+    /// leases), fencing tokens and waiting services. A lock nobody holds has no holders.
+    ///
+    /// # Errors
+    /// [`ErrorKind::InvalidKey`](crate::ErrorKind::InvalidKey) or [`ErrorKind::Backend`](crate::ErrorKind::Backend).
+    pub async fn inspect_kind(&self, kind: LockKind, key: &str) -> Result<LockInfo, LockError> {
+        inspect::inspect(&self.inner, layout(kind), key).await
+    }
+
+    /// Removes the lock `key` of `kind` whoever holds it, and wakes its waiters; returns the
+    /// lock as it was removed (its holders, leases and fencing token, read in the same script;
+    /// `last_fence` and the waiters are not read), or `None` when nobody held it.
+    ///
+    /// Every holder loses it: a holder in this service learns it at once (`lost()` fires), one
+    /// elsewhere at its next renewal, or at its validity deadline. Their releases then fail
+    /// with [`ErrorKind::NotHeld`](crate::ErrorKind::NotHeld) and never touch a newer grant. The fence counter stays, so
+    /// tokens keep increasing. [`force_unlock`](Self::force_unlock) is this for a mutex.
+    ///
+    /// # Errors
+    /// [`ErrorKind::InvalidKey`](crate::ErrorKind::InvalidKey) or [`ErrorKind::Backend`](crate::ErrorKind::Backend).
+    pub async fn force_unlock_kind(
+        &self,
+        kind: LockKind,
+        key: &str,
+    ) -> Result<Option<LockInfo>, LockError> {
+        inspect::force_unlock(&self.inner, layout(kind), key).await
+    }
+
+    /// The Redis key of the lock `key` of `kind` under this service's prefix, e.g.
+    /// `lock:rw:{catalog:7}`.
+    ///
+    /// # Errors
+    /// [`ErrorKind::InvalidKey`](crate::ErrorKind::InvalidKey) for an empty key.
+    pub fn redis_key(&self, kind: LockKind, key: &str) -> Result<String, LockError> {
+        Ok(self
+            .inner
+            .names(layout(kind).namespace, key)?
+            .lock
+            .to_string())
+    }
+
+    /// The kind and key of a Redis key of a lock under this service's prefix (the reverse of
+    /// [`redis_key`](Self::redis_key)); `None` for any other key, such as a fence counter.
+    pub fn parse_redis_key(&self, redis_key: &str) -> Option<(LockKind, String)> {
+        inspect::parse_redis_key(self.config().prefix(), &kinds::layouts(), redis_key)
+            .map(|(layout, key)| (layout.kind, key))
     }
 }
 
@@ -199,69 +263,5 @@ impl fmt::Debug for LockService {
             .field("topology", &self.inner.config.topology().mode())
             .field("prefix", &self.inner.config.prefix())
             .finish_non_exhaustive()
-    }
-}
-
-/// The state of one lock on Redis, from [`LockService::inspect`],
-/// [`inspect_kind`](LockService::inspect_kind), [`list`](LockService::list) or
-/// [`force_unlock_kind`](LockService::force_unlock_kind).
-#[derive(Debug, Clone, PartialEq, Eq)]
-#[non_exhaustive]
-pub struct LockInfo {
-    /// The key as asked for (the semaphore's name for a semaphore).
-    pub key: String,
-    /// The kind of lock.
-    pub kind: LockKind,
-    /// The lock's key on Redis, e.g. `lock:{goods:42}` or `lock:rw:{catalog:7}`.
-    pub redis_key: String,
-    /// Who holds it: the owner of a mutex; a read-write lock's writer or readers (the writer
-    /// first); a semaphore's grants. Empty when free.
-    pub holders: Vec<Holder>,
-    /// The holder as stored on Redis (`<process instance>:<owner id>`; under the web
-    /// middleware the owner id is `<request id>#<n>`), `None` when free. For a read-write lock
-    /// or a semaphore, the first of [`holders`](Self::holders).
-    pub holder: Option<String>,
-    /// How many times the holder holds it, 0 when free: its grants on Redis (one per process
-    /// holding it) plus, when the holder is in this service, its re-entries here. For a
-    /// read-write lock or a semaphore, the sum over [`holders`](Self::holders).
-    pub hold_count: u32,
-    /// The remaining lease, `None` when free (a read-write lock or semaphore: its longest
-    /// hold's; each holder's is in [`Holder::lease_left`]).
-    pub ttl: Option<Duration>,
-    /// The fencing token of the current grant (a read-write lock's: of its write hold),
-    /// `None` when free (and for a semaphore, whose grants each got one of their own).
-    pub fence: Option<u64>,
-    /// The last fencing token issued for this key, `None` when none ever was.
-    pub last_fence: Option<u64>,
-    /// How many permits a semaphore has (the count its latest acquirer passed); `None` for
-    /// the other kinds.
-    pub permits: Option<u32>,
-    /// How many services (processes) have waiters registered for this key.
-    pub waiting_services: u32,
-    /// How many callers of this service wait in line for this key right now.
-    pub local_waiters: usize,
-}
-
-impl LockInfo {
-    pub(crate) fn empty(kind: LockKind, key: &str, redis_key: &str) -> LockInfo {
-        LockInfo {
-            key: key.to_owned(),
-            kind,
-            redis_key: redis_key.to_owned(),
-            holders: Vec::new(),
-            holder: None,
-            hold_count: 0,
-            ttl: None,
-            fence: None,
-            last_fence: None,
-            permits: None,
-            waiting_services: 0,
-            local_waiters: 0,
-        }
-    }
-
-    /// Whether anyone holds it.
-    pub fn is_held(&self) -> bool {
-        !self.holders.is_empty()
     }
 }

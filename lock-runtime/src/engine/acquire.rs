@@ -9,17 +9,19 @@ use rand::Rng;
 use tokio::sync::Notify;
 use tracing::Instrument;
 
-use super::batch::Op;
+use super::batcher::Op;
+use super::core::{Engine, owner_field, replica_sync_error};
 use super::guard::Guard;
 use super::local::{GrantId, OwnerField, Turn, new_grant_id};
-use super::{Ask, Attempt, Inner, Target, owner_field, parse_attempt, replica_sync_error};
+use super::reply::{Ask, Attempt, parse_attempt};
+use super::target::Target;
 use crate::detach::Detachable;
 use crate::error::{ErrorKind, LockError};
 use crate::metrics::{self, How, Outcome};
 use crate::owner::OwnerId;
 use crate::scripts::{self, ScriptCall};
 
-impl Inner {
+impl Engine {
     /// Acquires `target` for `owner`, waiting up to `wait` (`None`: until acquired).
     pub(crate) async fn acquire(
         self: Arc<Self>,
@@ -426,7 +428,7 @@ impl Default for Path {
 
 /// A place in a waiter line; leaving it (drop) gives back a hand-off that already arrived.
 struct Ticket<'a> {
-    inner: &'a Arc<Inner>,
+    inner: &'a Arc<Engine>,
     target: &'a Target,
     id: u64,
     done: bool,

@@ -12,128 +12,28 @@
 //! kind go with the next call. In cluster mode operations on different slots cannot share a
 //! script call: each is sent alone.
 
-use std::sync::{Arc, Mutex, MutexGuard};
+use std::sync::Arc;
 
 use redis::Value;
 use tokio::sync::oneshot;
 
-use super::local::{GrantId, OwnerField};
-use super::{Ask, Inner, KeyNames, Kind, Target};
+use super::batcher::{Op, OpReply};
+use super::core::Engine;
+use super::reply::Ask;
 use crate::backend::Synced;
 use crate::error::{ErrorKind, LockError};
 use crate::scripts::ScriptCall;
 
-/// Script calls on their way at once before operations queue: two keep Redis busy with one
-/// while the client reads the other.
-const IN_FLIGHT: usize = 2;
-/// Operations in one script call at most (bounds how long one call keeps Redis busy).
-const MAX_OPS: usize = 128;
-
-/// One lock operation of `ops.lua`.
-pub(crate) enum Op {
-    Acquire {
-        target: Target,
-        owner: OwnerField,
-        /// The id of the grant this attempt makes or confirms.
-        grant: GrantId,
-        lease_ms: u64,
-        ask: Ask,
-    },
-    Release {
-        target: Target,
-        owner: OwnerField,
-        /// The grant to release.
-        grant: GrantId,
-        /// The parked waiter of this service to hand the lock to: its owner, grant id and
-        /// lease.
-        next: Option<(OwnerField, GrantId, u64)>,
-    },
-}
-
-impl Op {
-    fn target(&self) -> &Target {
-        match self {
-            Op::Acquire { target, .. } | Op::Release { target, .. } => target,
-        }
-    }
-
-    fn names(&self) -> &KeyNames {
-        &self.target().names
-    }
-
-    fn kind(&self) -> &'static Kind {
-        self.target().kind
-    }
-
-    /// Whether it may grant the lock, so the replicas must acknowledge it (`sync_replicas`).
-    fn grants(&self) -> bool {
-        matches!(
-            self,
-            Op::Acquire {
-                ask: Ask::Grant { .. } | Ask::Chained,
-                ..
-            } | Op::Release { next: Some(_), .. }
-        )
-    }
-}
-
-/// The reply of one operation (see `acquire.lua`, `release.lua`), and whether the replicas
-/// acknowledged its call.
-pub(crate) type OpReply = Result<Synced<[i64; 3]>, LockError>;
-
-/// The operations waiting for a free slot, and the slots taken.
-#[derive(Default)]
-pub(crate) struct Batcher {
-    state: Mutex<State>,
-}
-
-#[derive(Default)]
-struct State {
-    queued: Vec<(Op, oneshot::Sender<OpReply>)>,
-    in_flight: usize,
-}
-
-impl Batcher {
-    fn lock(&self) -> MutexGuard<'_, State> {
-        self.state
-            .lock()
-            .unwrap_or_else(|poisoned| poisoned.into_inner())
-    }
-}
-
 /// A taken slot; dropping it sends the queued operations or frees the slot, also when the call
 /// that held it was cancelled or panicked.
 struct Slot<'a> {
-    inner: &'a Arc<Inner>,
+    inner: &'a Arc<Engine>,
 }
 
 impl Drop for Slot<'_> {
     fn drop(&mut self) {
-        let batch: Vec<_> = {
-            let mut state = self.inner.batcher.lock();
-            if state.queued.is_empty() {
-                state.in_flight -= 1;
-                return;
-            }
-            // operations whose caller gave up waiting are not sent
-            state.queued.retain(|(_, reply)| !reply.is_closed());
-            if state.queued.is_empty() {
-                state.in_flight -= 1;
-                return;
-            }
-            // the operations of the first one's kind, in order (one script runs them)
-            let kind = state.queued[0].0.kind();
-            let mut batch = Vec::new();
-            let mut rest = Vec::new();
-            for queued in state.queued.drain(..) {
-                if batch.len() < MAX_OPS && queued.0.kind() == kind {
-                    batch.push(queued);
-                } else {
-                    rest.push(queued);
-                }
-            }
-            state.queued = rest;
-            batch
+        let Some(batch) = self.inner.batcher.next_batch() else {
+            return;
         };
         // The slot passes to the task.
         let inner = self.inner.clone();
@@ -151,7 +51,7 @@ impl Drop for Slot<'_> {
     }
 }
 
-impl Inner {
+impl Engine {
     /// Runs one operation on Redis: at once when a slot is free, else with the next call.
     ///
     /// # Cancel safety
@@ -196,14 +96,7 @@ impl Inner {
         if self.backend.is_cluster() {
             return Ok(op);
         }
-        let mut state = self.batcher.lock();
-        if state.in_flight < IN_FLIGHT {
-            state.in_flight += 1;
-            return Ok(op);
-        }
-        let (sender, reply) = oneshot::channel();
-        state.queued.push((op, sender));
-        Err(reply)
+        self.batcher.take_or_queue(op)
     }
 
     /// One `ops.lua` call for `ops`; one reply per operation, in order.

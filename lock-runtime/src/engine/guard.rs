@@ -6,17 +6,21 @@ use std::time::{Duration, Instant};
 
 use tracing::Instrument;
 
+use super::core::Engine;
 use super::local::{GrantId, HoldCell, OwnerField, valid_until};
-use super::{Inner, KeyNames, Released, Target};
+use super::names::KeyNames;
+use super::reply::Released;
+use super::target::Target;
 use crate::error::{ErrorKind, LockError};
-use crate::events::{HoldInfo, LossReason};
+use crate::events::HoldInfo;
 use crate::owner::OwnerId;
 use crate::scripts::ScriptCall;
+use crate::vocab::LossReason;
 
 /// A hold of any kind. Dropping it releases it in the background.
 #[must_use = "dropping the guard releases the hold at once"]
 pub(crate) struct Guard {
-    inner: Arc<Inner>,
+    inner: Arc<Engine>,
     target: Target,
     owner: OwnerId,
     field: OwnerField,
@@ -37,7 +41,7 @@ pub(crate) struct Guard {
 impl Guard {
     #[allow(clippy::too_many_arguments)]
     pub(crate) fn new(
-        inner: Arc<Inner>,
+        inner: Arc<Engine>,
         target: Target,
         owner: OwnerId,
         field: OwnerField,
@@ -178,11 +182,11 @@ impl Guard {
     /// which may come after a shorter lease ran out, while its validity deadline here only ever
     /// moves forward). Other guards of the same grant (re-entries) share the new lease.
     pub(crate) async fn extend(&mut self, lease: Duration) -> Result<(), LockError> {
-        Inner::check_lease(self.target.kind, self.names(), Some(lease))?;
+        Engine::check_lease(self.target.kind, self.names(), Some(lease))?;
         if self.is_lost() {
             return Err(self.not_held("extended", "when extended"));
         }
-        let lease_ms = Inner::millis(lease);
+        let lease_ms = Engine::millis(lease);
         let mut call = ScriptCall::new(self.target.kind.renew, 1);
         call.key(&self.names().lock)
             .arg(lease_ms)
@@ -272,4 +276,48 @@ impl std::fmt::Debug for Guard {
             .field("lost", &self.is_lost())
             .finish()
     }
+}
+
+/// Resolves when any of `guards` is lost, with that loss's error.
+pub(crate) async fn lost_any(guards: &[&Guard]) -> LockError {
+    if let [guard] = guards {
+        return guard.lost().await;
+    }
+    let mut lost: Vec<_> = guards.iter().map(|g| Box::pin(g.lost())).collect();
+    std::future::poll_fn(|cx| {
+        for f in &mut lost {
+            if let std::task::Poll::Ready(e) = f.as_mut().poll(cx) {
+                return std::task::Poll::Ready(e);
+            }
+        }
+        std::task::Poll::Pending
+    })
+    .await
+}
+
+/// Releases every one of `guards`, all at once (their calls go out together: one round trip,
+/// batched when they queue); the first error, after all of them ran.
+pub(crate) async fn release_all(mut guards: Vec<Guard>) -> Result<(), LockError> {
+    if guards.len() == 1
+        && let Some(guard) = guards.pop()
+    {
+        return guard.release().await;
+    }
+    let releases: Vec<_> = guards
+        .into_iter()
+        .map(|guard| tokio::spawn(guard.release()))
+        .collect();
+    let mut first = Ok(());
+    for release in releases {
+        let outcome = release.await.unwrap_or_else(|e| {
+            Err(LockError::new(
+                ErrorKind::Backend,
+                format!("a release task stopped: {e}"),
+            ))
+        });
+        if let Err(e) = outcome {
+            first = first.and(Err(e));
+        }
+    }
+    first
 }

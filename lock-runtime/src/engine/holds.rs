@@ -5,9 +5,10 @@ use std::time::{Duration, Instant};
 
 use tokio_util::sync::CancellationToken;
 
-use super::Kind;
+use super::kind::Kind;
 use super::local::{GrantId, KeyState, OwnerField};
-use crate::events::{HoldInfo, LossReason};
+use crate::events::HoldInfo;
+use crate::vocab::LossReason;
 
 /// How long a hold is valid for here: the lease counted from when the grant or renewal was
 /// *sent*, less a margin for clock drift between this process and Redis (1% + 2 ms, as in

@@ -22,13 +22,13 @@ pub(crate) struct Kind {
     /// How logs and errors call a hold of this kind ("lock", "read lock", ...).
     pub(crate) noun: &'static str,
     /// What a hold of this kind holds (events, metrics, introspection).
-    pub(crate) mode: crate::inspect::HoldMode,
+    pub(crate) mode: crate::vocab::HoldMode,
     /// Why an acquire of this kind waits ("it is held by another owner"), for timeout errors.
     pub(crate) busy: &'static str,
     /// Lua source defining the kind's `acquire` and `release` functions (after the shared
     /// prelude, before `ops.lua`).
     pub(crate) lua: &'static [&'static str],
-    /// Renews (or sets the lease of) holds by grant id; see `scripts/mutex/renew.lua`.
+    /// Renews (or sets the lease of) holds by grant id; see `kinds/mutex/renew.lua`.
     pub(crate) renew: &'static LazyLock<Script>,
     /// Holds of this kind by different owners can be in force together (readers, permits).
     /// A waiter waits behind a hold of another owner in this process unless both are shared.

@@ -16,10 +16,10 @@ use std::time::Instant;
 
 use tokio::sync::Notify;
 
-use super::Kind;
 use super::holds::{Hold, add_hold};
 pub(crate) use super::holds::{HoldCell, valid_until};
-use crate::events::LossReason;
+use super::kind::Kind;
+use crate::vocab::LossReason;
 
 /// A lock key as stored on Redis (prefix and hash tag applied).
 pub(crate) type LockKey = Arc<str>;
@@ -762,7 +762,7 @@ mod tests {
     static TEST_KIND: Kind = Kind {
         id: 0,
         noun: "lock",
-        mode: crate::inspect::HoldMode::Exclusive,
+        mode: crate::vocab::HoldMode::Exclusive,
         busy: "held",
         lua: &[],
         renew: &NO_SCRIPT,

@@ -9,11 +9,11 @@ use rand::Rng;
 use redis::{PushInfo, PushKind, Value};
 use tokio::sync::mpsc::UnboundedReceiver;
 
-use super::Inner;
+use super::core::Engine;
 use crate::scripts::{CHANNEL_SUFFIX, TURN_MS};
 
 /// Routes pushes until the service is dropped.
-pub(crate) async fn run(inner: Weak<Inner>, mut pushes: UnboundedReceiver<PushInfo>) {
+pub(crate) async fn run(inner: Weak<Engine>, mut pushes: UnboundedReceiver<PushInfo>) {
     while let Some(push) = pushes.recv().await {
         let Some(inner) = inner.upgrade() else { return };
         match push.kind {
@@ -69,7 +69,7 @@ pub(crate) async fn run(inner: Weak<Inner>, mut pushes: UnboundedReceiver<PushIn
 /// Subscribes again to the channels this service's waiters wait on, until Redis takes the
 /// subscriptions (or nobody waits any more), then wakes every head waiter: a release published
 /// while the subscriptions were gone was missed.
-async fn resubscribe(inner: Weak<Inner>) {
+async fn resubscribe(inner: Weak<Engine>) {
     let mut pause = Duration::from_millis(20);
     loop {
         let Some(service) = inner.upgrade() else {
@@ -109,7 +109,7 @@ async fn resubscribe(inner: Weak<Inner>) {
     }
 }
 
-impl Inner {
+impl Engine {
     /// The next turn of `key` went to another service: unless a timer already watches `key`,
     /// start one that wakes the head once that turn can have run out unclaimed (a turn lasts
     /// `TURN_MS`; a little jitter keeps the services that wait apart).

@@ -7,15 +7,17 @@ use std::pin::Pin;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use super::batch::Op;
+use super::batcher::Op;
+use super::core::Engine;
 use super::local::{GrantId, OwnerField, ReleaseEnd, ReleasePlan, Reservation};
-use super::{Inner, Released, Target, parse_released};
+use super::reply::{Released, parse_released};
+use super::target::Target;
 use crate::detach::Detachable;
 use crate::error::LockError;
 
 type Detached<T> = Pin<Box<dyn Future<Output = T> + Send>>;
 
-impl Inner {
+impl Engine {
     /// Releases one guard of grant `grant` in the background: drops the guard's bookkeeping
     /// now, then (for a grant's last guard) runs `release.lua`, handing the lock to a parked
     /// waiter of this service when it can.

@@ -7,7 +7,7 @@ use std::time::Duration;
 
 use redis::cluster_routing::Slot;
 
-use super::Inner;
+use super::core::Engine;
 use super::local::Renewal;
 use crate::scripts::ScriptCall;
 
@@ -16,7 +16,7 @@ const BATCH: usize = 256;
 
 /// Renews until the service is dropped; idle wake-up subscriptions are dropped on the way, and
 /// holds whose validity deadline passed unnoticed are reported lost.
-pub(crate) async fn run(inner: Weak<Inner>, period: Duration) {
+pub(crate) async fn run(inner: Weak<Engine>, period: Duration) {
     let start = tokio::time::Instant::now();
     let mut renew = tokio::time::interval_at(start + period, period);
     renew.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
@@ -38,7 +38,7 @@ pub(crate) async fn run(inner: Weak<Inner>, period: Duration) {
     }
 }
 
-async fn renew_all(inner: &Arc<Inner>) {
+async fn renew_all(inner: &Arc<Engine>) {
     let lease_ms = u64::try_from(inner.config.watchdog_timeout().as_millis()).unwrap_or(u64::MAX);
     let due = inner.local.renewals();
     // one script call renews holds of one kind (its script), and in cluster mode of one slot

@@ -1,6 +1,10 @@
-//! The lock kinds. Each is one module over the engine: its scripts (in `scripts/<kind>/`), its
-//! key layout, its request builder and its guard. The engine does the waiting, hand-off,
-//! renewal, batching and give-back for all of them.
+//! The lock kinds. Each is one module over the engine that owns everything about itself: its
+//! scripts (beside it, in `kinds/<kind>/`), its key namespace and Redis layout, the decoding
+//! `inspect` shows, its request builder and its guard. The engine does the waiting, hand-off,
+//! renewal, batching and give-back for all of them; [`KINDS`] is the one table of them.
+//!
+//! A new kind is a module here (with its scripts), a row of [`KINDS`], a word in
+//! `crate::vocab`, its constructor on `LockService` and its re-exports in `lib.rs`.
 
 pub(crate) mod multi;
 pub(crate) mod mutex;
@@ -10,34 +14,63 @@ pub(crate) mod semaphore;
 use std::sync::Arc;
 use std::time::Duration;
 
-use crate::engine::{Guard, Inner, KeyNames, Kind, Target};
+use crate::engine::{Engine, Guard, KeyNames, Kind, Target, owner_field};
 use crate::error::{ErrorKind, LockError};
+use crate::inspect::Layout;
 use crate::metrics::{self, Outcome};
 use crate::owner::{self, OwnerId};
-use crate::service::LockService;
+use crate::vocab::LockKind;
+
+/// One kind of lock: how `inspect` reads it, and the holds the engine runs for it (each with
+/// an id of its own, unique across the table).
+#[derive(Debug)]
+pub(crate) struct KindEntry {
+    pub(crate) layout: &'static Layout,
+    /// Read by the table's test, which checks the ids are unique (a duplicate would make one
+    /// kind run another's script).
+    #[cfg_attr(not(test), expect(dead_code, reason = "checked by the table's test"))]
+    pub(crate) holds: &'static [&'static Kind],
+}
+
+/// Every kind of lock, in [`LockKind::ALL`]'s order.
+pub(crate) static KINDS: [&KindEntry; 3] = [&mutex::ENTRY, &rw::ENTRY, &semaphore::ENTRY];
+
+/// The layouts of every kind, for `inspect`.
+pub(crate) fn layouts() -> [&'static Layout; KINDS.len()] {
+    KINDS.map(|entry| entry.layout)
+}
+
+/// The layout of `kind`.
+pub(crate) fn layout(kind: LockKind) -> &'static Layout {
+    KINDS
+        .iter()
+        .map(|entry| entry.layout)
+        .find(|layout| layout.kind == kind)
+        .unwrap_or(mutex::ENTRY.layout)
+}
 
 /// An acquire whose owner was resolved when the request was made (in the caller's call chain,
 /// see [`owner`]): a new owner, an explicit one, or the re-entry of an enclosing locked body.
 pub(crate) struct Acquiring {
-    inner: Arc<Inner>,
+    inner: Arc<Engine>,
     target: Result<Target, LockError>,
     resolved: owner::Resolved,
 }
 
 impl Acquiring {
     pub(crate) fn new(
-        service: &LockService,
+        engine: &Arc<Engine>,
         kind: &'static Kind,
         names: Result<KeyNames, LockError>,
         explicit: Option<OwnerId>,
     ) -> Acquiring {
         let resolved = match (explicit, &names) {
             (Some(owner), _) => owner::Resolved::Owner(owner),
-            (None, Ok(names)) => owner::resolve(service.id(), &names.lock),
+            (None, Ok(names)) => owner::resolve(engine.id(), &names.lock),
             (None, Err(_)) => owner::Resolved::AcrossSpawn, // not used: the key error comes first
         };
         Acquiring {
-            inner: service.inner.clone(),
+            inner: engine.clone(),
             target: names.map(|names| Target::new(kind, names)),
             resolved,
         }
@@ -76,11 +109,11 @@ impl Acquiring {
         let held = self
             .inner
             .local
-            .holds_any(&target.names.lock, &crate::engine::owner_field(owner));
+            .holds_any(&target.names.lock, &owner_field(owner));
         (!held).then(|| (target.clone(), owner.clone()))
     }
 
-    pub(crate) fn inner(&self) -> &Arc<Inner> {
+    pub(crate) fn inner(&self) -> &Arc<Engine> {
         &self.inner
     }
 
@@ -91,7 +124,7 @@ impl Acquiring {
         wait: Option<Duration>,
     ) -> Result<Guard, LockError> {
         let target = self.target?;
-        Inner::check_lease(target.kind, &target.names, lease)?;
+        Engine::check_lease(target.kind, &target.names, lease)?;
         let inner = self.inner;
         match self.resolved {
             owner::Resolved::Owner(owner) => inner.acquire(target, owner, lease, wait).await,
@@ -256,3 +289,61 @@ macro_rules! request_methods {
 }
 
 pub(crate) use request_methods;
+
+#[cfg(test)]
+mod tests {
+    use std::collections::HashSet;
+
+    use super::*;
+    use crate::engine::MAX_KINDS;
+    use crate::vocab::HoldMode;
+
+    #[test]
+    fn the_table_has_every_kind_once_with_unique_ids_and_namespaces() {
+        let kinds: Vec<LockKind> = KINDS.iter().map(|e| e.layout.kind).collect();
+        assert_eq!(
+            kinds,
+            LockKind::ALL,
+            "one row per kind, in LockKind::ALL's order"
+        );
+        let mut ids = HashSet::new();
+        let mut modes = HashSet::new();
+        for entry in KINDS {
+            for hold in entry.holds {
+                assert!(
+                    hold.id < MAX_KINDS,
+                    "{}: id {} >= MAX_KINDS",
+                    hold.noun,
+                    hold.id
+                );
+                assert!(
+                    ids.insert(hold.id),
+                    "{}: id {} used twice",
+                    hold.noun,
+                    hold.id
+                );
+                assert_eq!(hold.mode.kind(), entry.layout.kind, "{}", hold.noun);
+                modes.insert(hold.mode);
+            }
+        }
+        assert_eq!(
+            modes.len(),
+            HoldMode::ALL.len(),
+            "every hold mode has a hold"
+        );
+        // no namespace names another's keys: each ends before the `{` of the hash tag and none
+        // is a prefix of another
+        let spaces: Vec<&str> = KINDS.iter().map(|e| e.layout.namespace).collect();
+        for (i, a) in spaces.iter().enumerate() {
+            assert!(!a.contains(['{', '}']), "{a}");
+            for b in &spaces[i + 1..] {
+                assert!(!a.is_empty() || !b.starts_with('{'));
+                assert!(a.is_empty() || !b.starts_with(a), "{a} / {b}");
+                assert!(b.is_empty() || !a.starts_with(b), "{a} / {b}");
+            }
+        }
+        for kind in LockKind::ALL {
+            assert_eq!(layout(kind).kind, kind);
+        }
+    }
+}

@@ -5,19 +5,19 @@
 use std::fmt;
 use std::future::{Future, IntoFuture};
 use std::pin::Pin;
-use std::task::Poll;
 use std::time::{Duration, Instant};
 
 use redis::cluster_routing::Slot;
 
-use super::Acquiring;
-use super::mutex::{LockGuard, MUTEX};
-use crate::engine::{Inner, Target};
-use crate::error::LockError;
-use crate::owner::OwnerId;
-use crate::service::LockService;
+use std::sync::Arc;
 
-/// A request for several locks at once, built by [`LockService::lock_all`]; awaiting it
+use super::Acquiring;
+use super::mutex::{LAYOUT, LockGuard, MUTEX};
+use crate::engine::{Engine, Guard, Target, guard};
+use crate::error::{ErrorKind, LockError};
+use crate::owner::OwnerId;
+
+/// A request for several locks at once, built by [`LockService::lock_all`](crate::LockService::lock_all); awaiting it
 /// acquires all of them or none.
 ///
 /// The locks are taken in the order of their Redis keys, the same in every process, so no two
@@ -27,13 +27,13 @@ use crate::service::LockService;
 /// the ones granted before it are kept, the ones after it are not touched. The rest are taken
 /// one after another, each waiting for the time left of `wait`. When one cannot be taken in time, the ones already taken are
 /// released before the error returns. Each key re-enters a hold of
-/// an enclosing locked body like [`LockService::lock`].
+/// an enclosing locked body like [`LockService::lock`](crate::LockService::lock).
 ///
 /// # Cancel safety
 /// Dropping the future releases what it took (in the background).
 #[must_use = "a lock request does nothing until it is awaited"]
 pub struct MultiRequest<'a> {
-    service: &'a LockService,
+    engine: &'a Arc<Engine>,
     keys: Vec<String>,
     lease: Option<Duration>,
     wait: Option<Duration>,
@@ -42,9 +42,9 @@ pub struct MultiRequest<'a> {
 }
 
 impl<'a> MultiRequest<'a> {
-    pub(crate) fn new(service: &'a LockService, keys: Vec<String>) -> Self {
+    pub(crate) fn new(engine: &'a Arc<Engine>, keys: Vec<String>) -> Self {
         MultiRequest {
-            service,
+            engine,
             keys,
             lease: None,
             wait: None,
@@ -70,7 +70,7 @@ impl<'a> IntoFuture for MultiRequest<'a> {
         let mut named = Vec::with_capacity(self.keys.len());
         let mut invalid = None;
         for key in &self.keys {
-            match self.service.names(key) {
+            match self.engine.names(LAYOUT.namespace, key) {
                 Ok(names) => named.push(names),
                 Err(e) => {
                     invalid.get_or_insert(e);
@@ -83,7 +83,7 @@ impl<'a> IntoFuture for MultiRequest<'a> {
         let acquirings: Vec<Acquiring> = named
             .into_iter()
             .map(|names| {
-                Acquiring::new(self.service, &MUTEX, Ok(names), self.owner.clone())
+                Acquiring::new(self.engine, &MUTEX, Ok(names), self.owner.clone())
                     .with_label(self.metric_label)
             })
             .collect();
@@ -94,7 +94,7 @@ impl<'a> IntoFuture for MultiRequest<'a> {
             }
             if acquirings.is_empty() {
                 return Err(LockError::new(
-                    crate::ErrorKind::InvalidKey,
+                    ErrorKind::InvalidKey,
                     "lock_all was given no keys",
                 ));
             }
@@ -108,7 +108,7 @@ impl<'a> IntoFuture for MultiRequest<'a> {
                 && one_node(&inner, &fresh)
             {
                 if let Some((target, _)) = fresh.first() {
-                    Inner::check_lease(target.kind, &target.names, lease)?;
+                    Engine::check_lease(target.kind, &target.names, lease)?;
                 }
                 let taken = inner.try_all_at_once(fresh, lease).await;
                 guards.extend(taken.into_iter().map(|core| LockGuard { core }));
@@ -137,7 +137,7 @@ impl<'a> IntoFuture for MultiRequest<'a> {
 
 /// Whether one script call can touch every target: always outside cluster mode; in cluster
 /// mode when they share a slot.
-fn one_node(inner: &Inner, targets: &[(Target, OwnerId)]) -> bool {
+fn one_node(inner: &Engine, targets: &[(Target, OwnerId)]) -> bool {
     if !inner.backend.is_cluster() {
         return true;
     }
@@ -156,7 +156,7 @@ impl fmt::Debug for MultiRequest<'_> {
     }
 }
 
-/// Several locks held together, from [`LockService::lock_all`]. Releasing (or dropping) it
+/// Several locks held together, from [`LockService::lock_all`](crate::LockService::lock_all). Releasing (or dropping) it
 /// releases all of them.
 #[must_use = "dropping the guard releases the locks at once"]
 pub struct MultiGuard {
@@ -192,16 +192,8 @@ impl MultiGuard {
     /// # Cancel safety
     /// Cancel safe.
     pub async fn lost(&self) -> LockError {
-        let mut lost: Vec<_> = self.guards.iter().map(|g| Box::pin(g.lost())).collect();
-        std::future::poll_fn(|cx| {
-            for f in &mut lost {
-                if let Poll::Ready(e) = f.as_mut().poll(cx) {
-                    return Poll::Ready(e);
-                }
-            }
-            Poll::Pending
-        })
-        .await
+        let cores: Vec<&Guard> = self.guards.iter().map(|g| &g.core).collect();
+        guard::lost_any(&cores).await
     }
 
     /// Sets every lock's lease to `lease` from now (see [`LockGuard::extend`]).
@@ -223,25 +215,12 @@ impl MultiGuard {
     /// # Errors
     /// The first error of the releases (see [`LockGuard::release`]); all are released.
     pub async fn release(self) -> Result<(), LockError> {
-        // all at once: their calls go out together (one round trip, batched when they queue)
-        let releases: Vec<_> = self
-            .guards
-            .into_iter()
-            .map(|guard| tokio::spawn(guard.release()))
-            .collect();
-        let mut first = Ok(());
-        for release in releases {
-            let outcome = release.await.unwrap_or_else(|e| {
-                Err(LockError::new(
-                    crate::ErrorKind::Backend,
-                    format!("a release task stopped: {e}"),
-                ))
-            });
-            if let Err(e) = outcome {
-                first = first.and(Err(e));
-            }
-        }
-        first
+        guard::release_all(self.into_cores()).await
+    }
+
+    /// The engine's guards of the locks, in the order they were taken.
+    pub(crate) fn into_cores(self) -> Vec<Guard> {
+        self.guards.into_iter().map(|g| g.core).collect()
     }
 }
 

@@ -2,34 +2,38 @@
 //! the releasing service on the server. Key layout: the hash `<prefix>{<key>}` (owner field ->
 //! the ids of its grants, `:fence` -> the current token), `<lock>:fence` (last token issued),
 //! `<lock>:wq` (services waiting), `<lock>:turn` (the service whose turn it is), the channel
-//! `<lock>:ch`. Scripts: `scripts/mutex/`.
+//! `<lock>:ch`. Scripts: `kinds/mutex/`.
 
 use std::fmt;
 use std::future::{Future, IntoFuture};
 use std::pin::Pin;
-use std::sync::LazyLock;
+use std::sync::{Arc, LazyLock};
 use std::time::Duration;
 
 use redis::Script;
 
-use crate::engine::{Guard, Kind};
+use super::{Acquiring, KindEntry};
+use crate::context::{self, Held, OnLost};
+use crate::engine::{Engine, Guard, Kind};
 use crate::error::LockError;
+use crate::inspect::{Holder, Layout, LocalGuards, LockInfo, RawState};
 use crate::owner::OwnerId;
-use crate::service::LockService;
+use crate::scripts::FENCE_FIELD;
+use crate::vocab::{HoldMode, LockKind};
 
 /// Renews or extends mutex holds by grant id.
 pub(crate) static RENEW: LazyLock<Script> =
-    LazyLock::new(|| Script::new(include_str!("../scripts/mutex/renew.lua")));
+    LazyLock::new(|| Script::new(include_str!("mutex/renew.lua")));
 
 /// The mutex as the engine sees it.
 pub(crate) static MUTEX: Kind = Kind {
     id: 0,
     noun: "lock",
-    mode: crate::inspect::HoldMode::Exclusive,
+    mode: HoldMode::Exclusive,
     busy: "it is held by another owner",
     lua: &[
-        include_str!("../scripts/mutex/acquire.lua"),
-        include_str!("../scripts/mutex/release.lua"),
+        include_str!("mutex/acquire.lua"),
+        include_str!("mutex/release.lua"),
     ],
     renew: &RENEW,
     shared: false,
@@ -39,14 +43,46 @@ pub(crate) static MUTEX: Kind = Kind {
     hand_off: true,
 };
 
-/// A request for a lock, built by [`LockService::lock`]; awaiting it acquires the lock.
+/// How `inspect` reads a mutex: the hash `<prefix>{<key>}`, owner field -> the ids of its grants
+/// (one per process holding it; re-entries are counted by that process), `:fence` -> the
+/// current token; the lock key's TTL is the lease.
+pub(crate) static LAYOUT: Layout = Layout {
+    kind: LockKind::Mutex,
+    namespace: "",
+    decode,
+    clears_turn: true,
+};
+
+/// The mutex in the table of kinds.
+pub(crate) static ENTRY: KindEntry = KindEntry {
+    layout: &LAYOUT,
+    holds: &[&MUTEX],
+};
+
+fn decode(info: &mut LockInfo, state: &RawState, local: LocalGuards<'_>) {
+    for (field, value) in &state.fields {
+        if field == FENCE_FIELD {
+            info.fence = value.parse().ok();
+            continue;
+        }
+        let mut holder = Holder::new(field, HoldMode::Exclusive);
+        holder.hold_count = u32::try_from(value.split_whitespace().count()).unwrap_or(0);
+        if let Some(guards) = local(value) {
+            holder.hold_count += guards.saturating_sub(1);
+        }
+        holder.lease_left = state.pttl();
+        info.holders.push(holder);
+    }
+}
+
+/// A request for a lock, built by [`LockService::lock`](crate::LockService::lock); awaiting it acquires the lock.
 ///
 /// # Cancel safety
 /// Dropping the future at any point never leaves the lock held past its lease: a grant that
 /// arrives after the future was dropped is released at once.
 #[must_use = "a lock request does nothing until it is awaited"]
 pub struct LockRequest<'a> {
-    service: &'a LockService,
+    engine: &'a Arc<Engine>,
     key: String,
     lease: Option<Duration>,
     wait: Option<Duration>,
@@ -55,14 +91,9 @@ pub struct LockRequest<'a> {
 }
 
 impl<'a> LockRequest<'a> {
-    /// Try once, without waiting (the try-once / skip pattern): `wait(Duration::ZERO)`.
-    pub fn try_once(self) -> Self {
-        self.wait(Duration::ZERO)
-    }
-
-    pub(crate) fn new(service: &'a LockService, key: String) -> Self {
+    pub(crate) fn new(engine: &'a Arc<Engine>, key: String) -> Self {
         LockRequest {
-            service,
+            engine,
             key,
             lease: None,
             wait: None,
@@ -71,41 +102,7 @@ impl<'a> LockRequest<'a> {
         }
     }
 
-    /// The name the lock has in [metrics](crate::metrics) (the `key` label) and
-    /// [events](crate::events): a fixed name for a family of keys, such as `"goods"` for
-    /// `goods:<id>` (the attribute uses its key template). Never build it from the key: each
-    /// distinct label is a time series of its own. Without it the label is `other`.
-    ///
-    /// ```no_run
-    /// # async fn demo(locks: lock_runtime::LockService, id: u64) -> Result<(), lock_runtime::LockError> {
-    /// let guard = locks.lock(format!("goods:{id}")).metric_label("goods").await?;
-    /// # guard.release().await }
-    /// ```
-    pub fn metric_label(mut self, label: &'static str) -> Self {
-        self.metric_label = label;
-        self
-    }
-
-    /// Hold the lock for at most `lease`: it expires then even if this process dies or forgets
-    /// to release it. Without a lease the watchdog keeps the lock (with `watchdog_timeout`)
-    /// until it is released.
-    pub fn lease(mut self, lease: Duration) -> Self {
-        self.lease = Some(lease);
-        self
-    }
-
-    /// Give up with [`ErrorKind::Timeout`](crate::ErrorKind::Timeout) when the lock could not be acquired within `wait`.
-    /// Without it the request waits until it acquires the lock; `Duration::ZERO` tries once.
-    pub fn wait(mut self, wait: Duration) -> Self {
-        self.wait = Some(wait);
-        self
-    }
-
-    /// Wait at most `wait` when it is `Some`, until acquired when it is `None`.
-    pub fn wait_at_most(mut self, wait: Option<Duration>) -> Self {
-        self.wait = wait;
-        self
-    }
+    super::request_methods!("lock");
 
     /// Acquires the lock, runs the future `body` returns as a locked body, and releases the lock
     /// after it: lock calls inside the body (however deep, also `#[distributed_lock]` fns)
@@ -126,7 +123,7 @@ impl<'a> LockRequest<'a> {
     /// ```
     ///
     /// # Errors
-    /// The errors of acquiring (see [`LockService::lock`]), and
+    /// The errors of acquiring (see [`LockService::lock`](crate::LockService::lock)), and
     /// [`ErrorKind::Lost`](crate::ErrorKind::Lost) when the lock was lost while the body ran:
     /// the body is stopped (dropped) at that moment, as someone else may hold the lock now.
     ///
@@ -134,12 +131,12 @@ impl<'a> LockRequest<'a> {
     /// Dropping the returned future drops the body and releases the lock in the background.
     pub async fn run<F, Fut, T>(self, body: F) -> Result<T, LockError>
     where
-        F: FnOnce(crate::Held) -> Fut,
+        F: FnOnce(Held) -> Fut,
         Fut: Future<Output = T>,
     {
         let guard = self.await?;
-        let held = crate::Held::of(&guard.core);
-        crate::context::run_body(guard.core, crate::context::OnLost::Fail, body(held)).await
+        let held = Held::of(&guard.core);
+        context::run_body(vec![guard.core], OnLost::Fail, body(held)).await
     }
 
     /// Acquire as `owner`: the lock re-enters that owner's holds, wherever they are (see
@@ -155,9 +152,9 @@ impl<'a> IntoFuture for LockRequest<'a> {
     type IntoFuture = Pin<Box<dyn Future<Output = Self::Output> + Send + 'a>>;
 
     fn into_future(self) -> Self::IntoFuture {
-        let names = self.service.names(&self.key);
-        let acquiring = super::Acquiring::new(self.service, &MUTEX, names, self.owner)
-            .with_label(self.metric_label);
+        let names = self.engine.names(LAYOUT.namespace, &self.key);
+        let acquiring =
+            Acquiring::new(self.engine, &MUTEX, names, self.owner).with_label(self.metric_label);
         let (lease, wait) = (self.lease, self.wait);
         Box::pin(async move {
             let core = acquiring.run(lease, wait).await?;
@@ -216,5 +213,37 @@ impl fmt::Debug for LockGuard {
             .field("lease", &self.lease())
             .field("lost", &self.is_lost())
             .finish()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use std::time::Duration;
+
+    use super::*;
+    use crate::inspect::{lock_info, raw_state};
+
+    #[test]
+    fn a_mutex() {
+        let s = raw_state(
+            &[
+                ("9f1c:req-42#1", "00000000000000aa"),
+                (":fence", "1700000000000001"),
+            ],
+            4_000,
+        );
+        let info = lock_info(&LAYOUT, "k", "lock:{k}", s, |g| {
+            (g == "00000000000000aa").then_some(3)
+        });
+        assert_eq!(info.holder.as_deref(), Some("9f1c:req-42#1"));
+        assert_eq!(info.hold_count, 3);
+        assert_eq!(info.fence, Some(1_700_000_000_000_001));
+        assert_eq!(info.ttl, Some(Duration::from_secs(4)));
+        let [h] = &info.holders[..] else { panic!() };
+        assert_eq!((h.mode, h.hold_count), (HoldMode::Exclusive, 3));
+        assert_eq!(h.lease_left, Some(Duration::from_secs(4)));
+
+        let free = lock_info(&LAYOUT, "k", "lock:{k}", raw_state(&[], -2), |_| None);
+        assert_eq!((free.holder, free.ttl, free.hold_count), (None, None, 0));
     }
 }

@@ -1,44 +1,42 @@
 //! The read-write lock: many readers or one writer. Key layout: the hash
-//! `<prefix>rw:{<key>}` (see `scripts/rw/state.lua`: the write hold, each read hold with its own
+//! `<prefix>rw:{<key>}` (see `kinds/rw/state.lua`: the write hold, each read hold with its own
 //! expiry, the current write token), `<lock>:fence` (last token issued), `<lock>:wq` (services
 //! waiting), `<lock>:turn` (services with a writer waiting: writer preference), the channel
-//! `<lock>:ch`. Scripts: `scripts/rw/`.
+//! `<lock>:ch`. Scripts: `kinds/rw/`.
 
 use std::fmt;
 use std::future::{Future, IntoFuture};
 use std::pin::Pin;
-use std::sync::LazyLock;
+use std::sync::{Arc, LazyLock};
 use std::time::Duration;
 
 use redis::Script;
 
-use super::Acquiring;
-use crate::engine::{Guard, KeyNames, Kind, owner_field};
+use super::{Acquiring, KindEntry};
+use crate::context::{self, Held, OnLost};
+use crate::engine::{Engine, Guard, KeyNames, Kind, owner_field};
 use crate::error::{ErrorKind, LockError};
+use crate::inspect::{Holder, Layout, LocalGuards, LockInfo, RawState};
 use crate::owner::OwnerId;
-use crate::service::LockService;
+use crate::scripts::FENCE_FIELD;
+use crate::vocab::{HoldMode, LockKind};
 
 /// Renews or extends read and write holds by grant id.
-static RENEW: LazyLock<Script> =
-    LazyLock::new(|| Script::new(include_str!("../scripts/rw/renew.lua")));
+static RENEW: LazyLock<Script> = LazyLock::new(|| Script::new(include_str!("rw/renew.lua")));
 
 /// Takes a service off the writers waiting and wakes the readers kept out for them: run by
 /// the engine when the service's last waiting writer gives up (a writer that no longer waits
 /// must not keep readers out until its registration runs out).
-static LEAVE: LazyLock<Script> =
-    LazyLock::new(|| Script::new(include_str!("../scripts/rw/leave.lua")));
+static LEAVE: LazyLock<Script> = LazyLock::new(|| Script::new(include_str!("rw/leave.lua")));
 
 /// The read hold as the engine sees it: shared, taken together by the readers at the front of
 /// a line.
 pub(crate) static READ: Kind = Kind {
     id: 1,
     noun: "read lock",
-    mode: crate::inspect::HoldMode::Read,
+    mode: HoldMode::Read,
     busy: "a writer holds it or waits for it",
-    lua: &[
-        include_str!("../scripts/rw/state.lua"),
-        include_str!("../scripts/rw/read.lua"),
-    ],
+    lua: &[include_str!("rw/state.lua"), include_str!("rw/read.lua")],
     renew: &RENEW,
     shared: true,
     joint: true,
@@ -51,12 +49,9 @@ pub(crate) static READ: Kind = Kind {
 pub(crate) static WRITE: Kind = Kind {
     id: 2,
     noun: "write lock",
-    mode: crate::inspect::HoldMode::Write,
+    mode: HoldMode::Write,
     busy: "it is held by readers or another writer",
-    lua: &[
-        include_str!("../scripts/rw/state.lua"),
-        include_str!("../scripts/rw/write.lua"),
-    ],
+    lua: &[include_str!("rw/state.lua"), include_str!("rw/write.lua")],
     renew: &RENEW,
     shared: false,
     joint: false,
@@ -65,22 +60,74 @@ pub(crate) static WRITE: Kind = Kind {
     hand_off: false,
 };
 
-/// The namespace of read-write locks: `rw:{key}` never names a mutex (`{key}`).
-const NAMESPACE: &str = "rw:";
+/// How `inspect` reads a read-write lock: the hash `<prefix>rw:{<key>}` (a namespace of its
+/// own: `rw:{key}` never names a mutex `{key}`), `w:<owner>` -> the write grant, `:wexp` -> the
+/// write hold's expiry, `r:<grant>` -> `<expiry> <owner>` per read hold, `:fence` -> the write
+/// token.
+pub(crate) static LAYOUT: Layout = Layout {
+    kind: LockKind::ReadWrite,
+    namespace: "rw:",
+    decode,
+    clears_turn: false,
+};
 
-pub(crate) fn names(service: &LockService, key: &str) -> Result<KeyNames, LockError> {
-    KeyNames::in_namespace(service.config().prefix(), NAMESPACE, key).map_err(|e| e.with_key(key))
+/// The read-write lock in the table of kinds.
+pub(crate) static ENTRY: KindEntry = KindEntry {
+    layout: &LAYOUT,
+    holds: &[&READ, &WRITE],
+};
+
+fn decode(info: &mut LockInfo, state: &RawState, local: LocalGuards<'_>) {
+    let mut write_expiry = None;
+    for (field, value) in &state.fields {
+        if field == FENCE_FIELD {
+            info.fence = value.parse().ok();
+        } else if field == ":wexp" {
+            write_expiry = Some(value.as_str());
+        } else if let Some(owner) = field.strip_prefix("w:") {
+            let mut holder = Holder::new(owner, HoldMode::Write);
+            holder.hold_count = local(value).unwrap_or(1).max(1);
+            info.holders.push(holder);
+        } else if let Some(grant) = field.strip_prefix("r:") {
+            let Some((expiry, owner)) = value.split_once(' ') else {
+                continue;
+            };
+            let Some(lease_left) = state.left(expiry) else {
+                continue;
+            };
+            let mut holder = Holder::new(owner, HoldMode::Read);
+            holder.hold_count = local(grant).unwrap_or(1).max(1);
+            holder.lease_left = Some(lease_left);
+            info.holders.push(holder);
+        }
+    }
+    // the write hold's lease is data too; one that ran out is gone
+    let write_left = write_expiry.and_then(|e| state.left(e));
+    info.holders.retain_mut(|h| match h.mode {
+        HoldMode::Write => {
+            h.lease_left = write_left;
+            write_left.is_some()
+        }
+        _ => true,
+    });
+    if !info.holders.iter().any(|h| h.mode == HoldMode::Write) {
+        info.fence = None;
+    }
 }
 
-/// A request for a read or write hold, built by [`LockService::read`] or
-/// [`LockService::write`]; awaiting it acquires.
+fn names(engine: &Engine, key: &str) -> Result<KeyNames, LockError> {
+    engine.names(LAYOUT.namespace, key)
+}
+
+/// A request for a read or write hold, built by [`LockService::read`](crate::LockService::read) or
+/// [`LockService::write`](crate::LockService::write); awaiting it acquires.
 ///
 /// # Cancel safety
 /// Dropping the future at any point never leaves the hold past its lease: a grant that arrives
 /// after the future was dropped is released at once.
 #[must_use = "a lock request does nothing until it is awaited"]
 pub struct RwRequest<'a, G> {
-    service: &'a LockService,
+    engine: &'a Arc<Engine>,
     kind: &'static Kind,
     key: String,
     lease: Option<Duration>,
@@ -90,15 +137,15 @@ pub struct RwRequest<'a, G> {
     guard: fn(Guard) -> G,
 }
 
-/// A request for a read hold: [`LockService::read`].
+/// A request for a read hold: [`LockService::read`](crate::LockService::read).
 pub type ReadRequest<'a> = RwRequest<'a, ReadGuard>;
-/// A request for a write hold: [`LockService::write`].
+/// A request for a write hold: [`LockService::write`](crate::LockService::write).
 pub type WriteRequest<'a> = RwRequest<'a, WriteGuard>;
 
 impl<'a> ReadRequest<'a> {
-    pub(crate) fn read(service: &'a LockService, key: String) -> Self {
+    pub(crate) fn read(engine: &'a Arc<Engine>, key: String) -> Self {
         RwRequest {
-            service,
+            engine,
             kind: &READ,
             key,
             lease: None,
@@ -111,9 +158,9 @@ impl<'a> ReadRequest<'a> {
 }
 
 impl<'a> WriteRequest<'a> {
-    pub(crate) fn write(service: &'a LockService, key: String) -> Self {
+    pub(crate) fn write(engine: &'a Arc<Engine>, key: String) -> Self {
         RwRequest {
-            service,
+            engine,
             kind: &WRITE,
             key,
             lease: None,
@@ -144,12 +191,12 @@ impl<G: Send + 'static> RwRequest<'_, G> {
     /// ran: the body is stopped (dropped) at that moment.
     pub async fn run<F, Fut, T>(self, body: F) -> Result<T, LockError>
     where
-        F: FnOnce(crate::Held) -> Fut,
+        F: FnOnce(Held) -> Fut,
         Fut: Future<Output = T>,
     {
         let core = self.acquire_core().await?;
-        let held = crate::Held::of(&core);
-        crate::context::run_body(core, crate::context::OnLost::Fail, body(held)).await
+        let held = Held::of(&core);
+        context::run_body(vec![core], OnLost::Fail, body(held)).await
     }
 
     /// Acquires and returns the engine's guard of the hold, for a locked body ([`run`](Self::run),
@@ -157,13 +204,13 @@ impl<G: Send + 'static> RwRequest<'_, G> {
     pub(crate) fn acquire_core(
         self,
     ) -> impl Future<Output = Result<Guard, LockError>> + Send + 'static {
-        let names = names(self.service, &self.key);
-        let acquiring = Acquiring::new(self.service, self.kind, names, self.owner)
-            .with_label(self.metric_label);
+        let names = names(self.engine, &self.key);
+        let acquiring =
+            Acquiring::new(self.engine, self.kind, names, self.owner).with_label(self.metric_label);
         // read -> write: the owner's own read share would keep its write waiting forever
         let upgrade = self.kind == &WRITE
             && acquiring.owner().is_some_and(|owner| {
-                let Ok(names) = self::names(self.service, &self.key) else {
+                let Ok(names) = self::names(self.engine, &self.key) else {
                     return false;
                 };
                 acquiring
@@ -215,7 +262,7 @@ impl<G> fmt::Debug for RwRequest<'_, G> {
     }
 }
 
-/// A read hold: shared with other readers, excluding writers. From [`LockService::read`].
+/// A read hold: shared with other readers, excluding writers. From [`LockService::read`](crate::LockService::read).
 ///
 /// Each reader's hold has its own lease (or the watchdog's): a crashed reader's share runs out
 /// without touching the others. Dropping the guard releases the share in the background.
@@ -228,7 +275,7 @@ impl ReadGuard {
     super::guard_methods!("read lock");
 }
 
-/// A write hold: excludes readers and other writers. From [`LockService::write`].
+/// A write hold: excludes readers and other writers. From [`LockService::write`](crate::LockService::write).
 ///
 /// Its fencing token strictly increases with every write grant of the key. Dropping the guard
 /// releases it in the background.
@@ -250,5 +297,56 @@ impl fmt::Debug for ReadGuard {
 impl fmt::Debug for WriteGuard {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         f.debug_tuple("WriteGuard").field(&self.core).finish()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use std::time::Duration;
+
+    use super::*;
+    use crate::inspect::{lock_info, raw_state};
+
+    #[test]
+    fn a_read_write_lock_keeps_leases_per_hold() {
+        let s = raw_state(
+            &[
+                ("r:01", "1002000 i1:req-1#1"),
+                ("r:02", "1005000 i2:job#4"),
+                ("r:03", "999000 i3:gone#1"), // ran out, not cleaned up yet
+                ("w:i4:req-9#2", "04"),
+                (":wexp", "1001000"),
+                (":fence", "77"),
+            ],
+            5_000,
+        );
+        let info = lock_info(&LAYOUT, "k", "lock:rw:{k}", s, |_| None);
+        let modes: Vec<_> = info
+            .holders
+            .iter()
+            .map(|h| (h.mode, h.owner.as_str()))
+            .collect();
+        assert_eq!(
+            modes,
+            [
+                (HoldMode::Write, "req-9#2"),
+                (HoldMode::Read, "job#4"),
+                (HoldMode::Read, "req-1#1")
+            ]
+        );
+        assert_eq!(info.holders[0].lease_left, Some(Duration::from_secs(1)));
+        assert_eq!(info.holders[1].lease_left, Some(Duration::from_secs(5)));
+        assert_eq!(info.fence, Some(77));
+        assert_eq!(info.hold_count, 3);
+        assert_eq!(info.holder.as_deref(), Some("i4:req-9#2"));
+
+        // a write hold that ran out is no holder, and its token is not current
+        let s = raw_state(
+            &[("w:i4:x", "04"), (":wexp", "999999"), (":fence", "7")],
+            10,
+        );
+        let info = lock_info(&LAYOUT, "k", "lock:rw:{k}", s, |_| None);
+        assert!(info.holders.is_empty());
+        assert_eq!((info.fence, info.holder), (None, None));
     }
 }

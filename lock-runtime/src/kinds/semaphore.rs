@@ -1,27 +1,27 @@
 //! The semaphore: at most N permits held cluster-wide, each grant with its own lease (or the
 //! watchdog's), so a crashed holder's permits come back. Key layout: the hash
-//! `<prefix>sem:{<name>}` (see `scripts/semaphore/semaphore.lua`), `<key>:fence` (last token
+//! `<prefix>sem:{<name>}` (see `kinds/semaphore/semaphore.lua`), `<key>:fence` (last token
 //! issued), `<key>:wq` (services waiting), the channel `<key>:ch`. Scripts:
-//! `scripts/semaphore/`.
+//! `kinds/semaphore/`.
 
 use std::fmt;
 use std::future::{Future, IntoFuture};
 use std::pin::Pin;
-use std::sync::LazyLock;
+use std::sync::{Arc, LazyLock};
 use std::time::Duration;
 
 use redis::Script;
 
-use super::Acquiring;
-use crate::engine::{Guard, KeyNames, Kind};
+use super::{Acquiring, KindEntry};
+use crate::engine::{Engine, Guard, KeyNames, Kind};
 use crate::error::{ErrorKind, LockError};
+use crate::inspect::{Holder, Layout, LocalGuards, LockInfo, RawState};
 use crate::scripts::ScriptCall;
-use crate::service::LockService;
+use crate::vocab::{HoldMode, LockKind};
 
-static RENEW: LazyLock<Script> =
-    LazyLock::new(|| Script::new(include_str!("../scripts/semaphore/renew.lua")));
+static RENEW: LazyLock<Script> = LazyLock::new(|| Script::new(include_str!("semaphore/renew.lua")));
 static AVAILABLE: LazyLock<Script> =
-    LazyLock::new(|| Script::new(include_str!("../scripts/semaphore/available.lua")));
+    LazyLock::new(|| Script::new(include_str!("semaphore/available.lua")));
 
 /// A permit grant as the engine sees it: grants coexist; only the head of a line asks Redis (a
 /// release wakes it, and each waiter granted wakes the next). A head refused while some permits
@@ -30,9 +30,9 @@ static AVAILABLE: LazyLock<Script> =
 pub(crate) static SEMAPHORE: Kind = Kind {
     id: 3,
     noun: "semaphore",
-    mode: crate::inspect::HoldMode::Permits,
+    mode: HoldMode::Permits,
     busy: "all its permits are held",
-    lua: &[include_str!("../scripts/semaphore/semaphore.lua")],
+    lua: &[include_str!("semaphore/semaphore.lua")],
     renew: &RENEW,
     shared: true,
     joint: false,
@@ -41,9 +41,46 @@ pub(crate) static SEMAPHORE: Kind = Kind {
     hand_off: false,
 };
 
-const NAMESPACE: &str = "sem:";
+/// How `inspect` reads a semaphore: the hash `<prefix>sem:{<name>}`, `:n` -> the permit count
+/// of the latest acquirer, `p:<grant>` -> `<expiry> <permits> <owner>` per grant.
+pub(crate) static LAYOUT: Layout = Layout {
+    kind: LockKind::Semaphore,
+    namespace: "sem:",
+    decode,
+    clears_turn: false,
+};
 
-/// A distributed semaphore with expiring permits, from [`LockService::semaphore`].
+/// The semaphore in the table of kinds.
+pub(crate) static ENTRY: KindEntry = KindEntry {
+    layout: &LAYOUT,
+    holds: &[&SEMAPHORE],
+};
+
+fn decode(info: &mut LockInfo, state: &RawState, _local: LocalGuards<'_>) {
+    for (field, value) in &state.fields {
+        if field == ":n" {
+            info.permits = value.parse().ok();
+            continue;
+        }
+        if field.strip_prefix("p:").is_none() {
+            continue;
+        }
+        let mut parts = value.splitn(3, ' ');
+        let (Some(expiry), Some(permits), Some(owner)) = (parts.next(), parts.next(), parts.next())
+        else {
+            continue;
+        };
+        let Some(lease_left) = state.left(expiry) else {
+            continue;
+        };
+        let mut holder = Holder::new(owner, HoldMode::Permits);
+        holder.lease_left = Some(lease_left);
+        holder.permits = permits.parse().ok();
+        info.holders.push(holder);
+    }
+}
+
+/// A distributed semaphore with expiring permits, from [`LockService::semaphore`](crate::LockService::semaphore).
 ///
 /// At most [`permits`](Self::permits) permits are held at any time across every service using
 /// the same name. Each acquire is a grant of its own (permits are not re-entrant) with its own
@@ -72,15 +109,15 @@ const NAMESPACE: &str = "sem:";
 /// ```
 #[derive(Clone)]
 pub struct Semaphore {
-    service: LockService,
+    engine: Arc<Engine>,
     name: String,
     permits: u32,
 }
 
 impl Semaphore {
-    pub(crate) fn new(service: LockService, name: String, permits: u32) -> Semaphore {
+    pub(crate) fn new(engine: Arc<Engine>, name: String, permits: u32) -> Semaphore {
         Semaphore {
-            service,
+            engine,
             name,
             permits,
         }
@@ -123,12 +160,11 @@ impl Semaphore {
         self.check(1)?;
         let mut call = ScriptCall::new(&AVAILABLE, 1);
         call.key(&names.lock).arg(self.permits);
-        self.service.inner.backend.run("available", &call).await
+        self.engine.backend.run("available", &call).await
     }
 
     fn names(&self) -> Result<KeyNames, LockError> {
-        KeyNames::in_namespace(self.service.config().prefix(), NAMESPACE, &self.name)
-            .map_err(|e| e.with_key(&self.name))
+        self.engine.names(LAYOUT.namespace, &self.name)
     }
 
     fn check(&self, n: u32) -> Result<(), LockError> {
@@ -182,7 +218,7 @@ impl<'a> IntoFuture for PermitRequest<'a> {
     fn into_future(self) -> Self::IntoFuture {
         let sem = self.semaphore;
         let checked = sem.check(self.count);
-        let acquiring = Acquiring::new(&sem.service, &SEMAPHORE, sem.names(), None)
+        let acquiring = Acquiring::new(&sem.engine, &SEMAPHORE, sem.names(), None)
             .with_extra(format!("{} {}", self.count, sem.permits))
             .with_label(self.metric_label);
         let (lease, wait, count) = (self.lease, self.wait, self.count);
@@ -227,5 +263,37 @@ impl fmt::Debug for Permit {
             .field("count", &self.count)
             .field("core", &self.core)
             .finish()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use std::time::Duration;
+
+    use super::*;
+    use crate::inspect::{lock_info, raw_state};
+
+    #[test]
+    fn a_semaphore_lists_grants_with_permits() {
+        let s = raw_state(
+            &[
+                (":n", "4"),
+                ("p:01", "1003000 2 i1:req-7#1"),
+                ("p:02", "1001500 1 mesh:batch"),
+                ("p:03", "900000 1 i1:old#1"),
+            ],
+            3_000,
+        );
+        let info = lock_info(&LAYOUT, "pdf", "lock:sem:{pdf}", s, |_| None);
+        assert_eq!(info.permits, Some(4));
+        assert_eq!(info.holders.len(), 2);
+        assert_eq!(info.holders[0].permits, Some(2));
+        assert_eq!(info.holders[0].request_id.as_deref(), Some("req-7"));
+        assert_eq!(info.holders[1].instance, None);
+        assert_eq!(
+            info.holders[1].lease_left,
+            Some(Duration::from_millis(1500))
+        );
+        assert_eq!(info.fence, None);
     }
 }

@@ -109,8 +109,8 @@ mod tests {
     #[test]
     fn ops_gets_every_setting_as_a_literal() {
         let kind = [
-            include_str!("mutex/acquire.lua"),
-            include_str!("mutex/release.lua"),
+            include_str!("../kinds/mutex/acquire.lua"),
+            include_str!("../kinds/mutex/release.lua"),
         ];
         let text = ops_text(&kind, "spublish", 0, 31_000);
         assert!(!text.contains('$'), "a setting was left out");

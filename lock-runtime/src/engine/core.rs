@@ -1,0 +1,208 @@
+//! The engine's core: the state one service (a `LockService` and its clones) shares, and the
+//! settings-derived values every operation asks for.
+
+use std::collections::HashSet;
+use std::sync::OnceLock;
+use std::time::{Duration, Instant};
+
+use super::batcher::Batcher;
+use super::kind::{Kind, MAX_KINDS};
+use super::local::{Local, OwnerField};
+use super::names::KeyNames;
+use crate::backend::Backend;
+use crate::config::LockConfig;
+use crate::error::{ErrorKind, LockError};
+use crate::events::Events;
+use crate::owner::{OwnerId, process_instance};
+use crate::scripts::{self, CHANNEL_SUFFIX, MAX_LEASE_MS};
+
+/// The state one service (a `LockService` and its clones) shares.
+pub(crate) struct Engine {
+    pub(crate) backend: Backend,
+    /// Per kind id: the kind's operations with this service's settings (see [`scripts::ops`]),
+    /// built on first use.
+    ops_scripts: [OnceLock<redis::Script>; MAX_KINDS],
+    pub(crate) local: Local,
+    pub(crate) config: LockConfig,
+    /// Identifies this service among the services waiting for a lock (fair turns between them).
+    pub(crate) service_id: String,
+    /// Channels the shared subscriber listens on; the async mutex orders (un)subscriptions.
+    pub(crate) subscriptions: tokio::sync::Mutex<HashSet<String>>,
+    /// A resubscription after a disconnection is under way (see `notify`).
+    pub(crate) resubscribing: std::sync::atomic::AtomicBool,
+    pub(crate) runtime: tokio::runtime::Handle,
+    pub(crate) batcher: Batcher,
+    /// What happens to this service's holds, for [`LockService::events`](crate::LockService::events).
+    pub(crate) events: Events,
+}
+
+/// The owner as stored on Redis: prefixed with this process's instance id, or with `mesh` for
+/// owners that are the same in every process.
+pub(crate) fn owner_field(owner: &OwnerId) -> OwnerField {
+    if owner.is_across_processes() {
+        format!("mesh:{owner}").into()
+    } else {
+        format!("{}:{owner}", process_instance()).into()
+    }
+}
+
+impl Engine {
+    /// A service's core; its background tasks are started by the caller.
+    pub(crate) fn new(
+        backend: Backend,
+        config: LockConfig,
+        runtime: tokio::runtime::Handle,
+    ) -> Engine {
+        Engine {
+            ops_scripts: Default::default(),
+            backend,
+            local: Local::default(),
+            config,
+            service_id: uuid::Uuid::new_v4().simple().to_string(),
+            subscriptions: tokio::sync::Mutex::new(HashSet::new()),
+            resubscribing: Default::default(),
+            runtime,
+            batcher: Default::default(),
+            events: Default::default(),
+        }
+    }
+
+    /// Identifies the service among the lock domains of a call chain (see `crate::owner`).
+    pub(crate) fn id(&self) -> usize {
+        std::ptr::from_ref(self) as usize
+    }
+
+    /// The Redis names of the lock `key` in a kind's `namespace` under this service's prefix.
+    pub(crate) fn names(&self, namespace: &str, key: &str) -> Result<KeyNames, LockError> {
+        KeyNames::in_namespace(self.config.prefix(), namespace, key).map_err(|e| e.with_key(key))
+    }
+
+    /// The operations script of `kind` with this service's settings.
+    pub(crate) fn ops_script(&self, kind: &Kind) -> &redis::Script {
+        self.ops_scripts[kind.id].get_or_init(|| {
+            scripts::ops(
+                kind.lua,
+                self.backend.publish_command(),
+                Self::fence_ttl_ms_of(&self.config),
+                Self::waiter_horizon_of(&self.config, None),
+            )
+        })
+    }
+
+    pub(crate) fn millis(d: Duration) -> u64 {
+        u64::try_from(d.as_millis()).unwrap_or(u64::MAX).max(1)
+    }
+
+    /// Checks a lease before anything is sent.
+    pub(crate) fn check_lease(
+        kind: &Kind,
+        names: &KeyNames,
+        lease: Option<Duration>,
+    ) -> Result<(), LockError> {
+        let Some(lease) = lease else { return Ok(()) };
+        if lease < Duration::from_millis(1) || lease.as_millis() > u128::from(MAX_LEASE_MS) {
+            return Err(LockError::new(
+                ErrorKind::InvalidArgument,
+                format!(
+                    "{} `{}` requested with a lease of {lease:?}; a lease is from 1ms to {} \
+                     days (or none: the watchdog keeps the lock while it is held)",
+                    kind.noun,
+                    names.user,
+                    MAX_LEASE_MS / 86_400_000
+                ),
+            )
+            .with_key(&names.user));
+        }
+        Ok(())
+    }
+
+    /// The fence counter's idle TTL as the scripts take it (0: never expires).
+    pub(crate) fn fence_ttl_ms_of(config: &LockConfig) -> u64 {
+        config.fence_idle_ttl().map_or(0, Self::millis)
+    }
+
+    /// The error of a wait that ran out; it names the configured wait, so that logs group.
+    pub(crate) fn timeout_error(&self, kind: &Kind, names: &KeyNames, wait: Duration) -> LockError {
+        LockError::new(
+            ErrorKind::Timeout,
+            format!(
+                "could not acquire {} `{}` within {wait:?}: {}",
+                kind.noun, names.user, kind.busy,
+            ),
+        )
+        .with_key(&names.user)
+    }
+
+    /// How long this service stays registered as waiting after a failed attempt: until it
+    /// will have tried again at the latest (0: it will not wait, do not register).
+    pub(crate) fn waiter_horizon(&self, deadline: Option<Instant>) -> u64 {
+        Self::waiter_horizon_of(&self.config, deadline)
+    }
+
+    /// [`waiter_horizon`](Self::waiter_horizon) for a service with `config` (also before it
+    /// exists: the release script takes the horizon without a deadline as a constant).
+    pub(crate) fn waiter_horizon_of(config: &LockConfig, deadline: Option<Instant>) -> u64 {
+        let cap = config.watchdog_timeout();
+        let left = match deadline {
+            Some(d) => d.saturating_duration_since(Instant::now()).min(cap),
+            None => cap,
+        };
+        if left.is_zero() {
+            0
+        } else {
+            Self::millis(left) + 1_000
+        }
+    }
+
+    /// Subscribes the shared subscriber to `channel` unless it already is; returns whether it
+    /// subscribed now.
+    pub(crate) async fn ensure_subscribed(&self, channel: &str) -> Result<bool, LockError> {
+        let mut subscribed = self.subscriptions.lock().await;
+        if subscribed.contains(channel) {
+            return Ok(false);
+        }
+        self.backend.subscribe(channel).await?;
+        subscribed.insert(channel.to_owned());
+        Ok(true)
+    }
+
+    /// Unsubscribes from the channels nobody in this process waits on any more.
+    pub(crate) async fn unsubscribe_idle(&self) {
+        let mut subscribed = self.subscriptions.lock().await;
+        let idle: Vec<String> = subscribed
+            .iter()
+            .filter(|ch| {
+                let key = ch.strip_suffix(CHANNEL_SUFFIX).unwrap_or(ch);
+                !self.local.has_waiters(key)
+            })
+            .cloned()
+            .collect();
+        if idle.is_empty() {
+            return;
+        }
+        // Forgotten also when the call failed: it may have run (a reply that timed out; on a
+        // cluster, the channels before the one that failed), and a channel believed subscribed
+        // while it is not would keep its next waiters from ever hearing a release. One still
+        // subscribed is only subscribed again when someone waits on it (idempotent).
+        if let Err(e) = self.backend.unsubscribe(&idle).await {
+            tracing::debug!(error = %e, "unsubscribe failed; the channels are subscribed again when needed");
+        }
+        for ch in &idle {
+            subscribed.remove(ch);
+        }
+    }
+}
+
+pub(crate) fn replica_sync_error(inner: &Engine, names: &KeyNames) -> LockError {
+    LockError::new(
+        ErrorKind::ReplicaSync,
+        format!(
+            "lock `{}` was granted but fewer than {} replicas acknowledged it within {:?} \
+             (redis.sync_replicas / redis.sync_timeout); the grant was given back",
+            names.user,
+            inner.config.sync_replicas(),
+            inner.config.sync_timeout()
+        ),
+    )
+    .with_key(&names.user)
+}

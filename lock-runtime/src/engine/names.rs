@@ -1,0 +1,208 @@
+//! The Redis names of one lock: the lock key `<prefix><namespace>{<key>}` and the keys and
+//! channel named after it; the way back from a Redis key to the user's key, and the `SCAN`
+//! pattern of the lock keys whose user key matches a glob.
+
+use std::sync::Arc;
+
+use super::local::LockKey;
+use crate::error::{ErrorKind, LockError};
+use crate::scripts::{CHANNEL_SUFFIX, FENCE_SUFFIX, QUEUE_SUFFIX, TURN_SUFFIX};
+
+/// The Redis names of one lock: the lock key, and the keys and channel named after it (made
+/// when needed: the scripts name them themselves).
+#[derive(Clone, Debug)]
+pub(crate) struct KeyNames {
+    /// The key as the caller wrote it.
+    pub(crate) user: Arc<str>,
+    pub(crate) lock: LockKey,
+}
+
+impl KeyNames {
+    /// `<prefix><namespace>{<key>}` (the mutex's namespace is empty, the other kinds' a word of
+    /// their own such as `rw:`: no key of one namespace can name a key of another, the character
+    /// after the prefix is always `{` for the mutex, a letter for the others), with `%`, `{` and
+    /// `}` in the key written as `%25`, `%7B` and `%7D`: the hash tag (and so the cluster slot)
+    /// is always the whole key, whatever text the key was built from, and since a lock key
+    /// always ends with `}`, no key can name another lock's fence counter, waiting set or turn
+    /// marker (`<lock key>:fence` and so on).
+    pub(crate) fn in_namespace(
+        prefix: &str,
+        namespace: &str,
+        key: &str,
+    ) -> Result<KeyNames, LockError> {
+        if key.is_empty() {
+            return Err(LockError::new(
+                ErrorKind::InvalidKey,
+                "lock key is empty; give every lock a name such as \"goods:42\"",
+            ));
+        }
+        let mut lock = String::with_capacity(prefix.len() + namespace.len() + key.len() + 2);
+        lock.push_str(prefix);
+        lock.push_str(namespace);
+        lock.push('{');
+        for c in key.chars() {
+            match c {
+                '%' => lock.push_str("%25"),
+                '{' => lock.push_str("%7B"),
+                '}' => lock.push_str("%7D"),
+                c => lock.push(c),
+            }
+        }
+        lock.push('}');
+        Ok(KeyNames {
+            user: key.into(),
+            lock: lock.into(),
+        })
+    }
+
+    /// The user key of the Redis key `<prefix><namespace>{<encoded key>}`; `None` for a key
+    /// that is not a lock key of that namespace under `prefix` (another prefix's or
+    /// namespace's, an auxiliary key).
+    pub(crate) fn parse(prefix: &str, namespace: &str, redis_key: &str) -> Option<String> {
+        let tagged = redis_key.strip_prefix(prefix)?.strip_prefix(namespace)?;
+        let encoded = tagged.strip_prefix('{')?.strip_suffix('}')?;
+        if encoded.is_empty() || encoded.contains(['{', '}']) {
+            return None;
+        }
+        Some(decode_key(encoded))
+    }
+
+    /// The `SCAN MATCH` pattern of the lock keys under `prefix` of every kind whose key matches
+    /// the glob `pattern`: the prefix with glob characters escaped, any namespace, and the pattern
+    /// inside the hash tag written the way `KeyNames` writes keys. Auxiliary keys (`…}:fence`,
+    /// `…}:wq`, `…}:turn`) never match: they do not end with `}`.
+    pub(crate) fn scan_pattern(prefix: &str, pattern: &str) -> String {
+        let mut glob = String::with_capacity(prefix.len() + pattern.len() + 4);
+        for c in prefix.chars() {
+            if matches!(c, '*' | '?' | '[' | ']' | '\\') {
+                glob.push('\\');
+            }
+            glob.push(c);
+        }
+        glob.push_str("*{");
+        for c in pattern.chars() {
+            match c {
+                '%' => glob.push_str("%25"),
+                '{' => glob.push_str("%7B"),
+                '}' => glob.push_str("%7D"),
+                c => glob.push(c),
+            }
+        }
+        glob.push('}');
+        glob
+    }
+
+    /// The fence counter.
+    pub(crate) fn fence(&self) -> String {
+        format!("{}{FENCE_SUFFIX}", self.lock)
+    }
+
+    /// The set of services waiting for the lock.
+    pub(crate) fn queue(&self) -> String {
+        format!("{}{QUEUE_SUFFIX}", self.lock)
+    }
+
+    /// The marker of the service whose turn it is.
+    pub(crate) fn turn(&self) -> String {
+        format!("{}{TURN_SUFFIX}", self.lock)
+    }
+
+    /// The wake-up channel.
+    pub(crate) fn channel(&self) -> String {
+        format!("{}{CHANNEL_SUFFIX}", self.lock)
+    }
+}
+
+/// Undoes `KeyNames`' escaping of `%`, `{` and `}` (left to right, so `%257B` is `%7B`).
+fn decode_key(encoded: &str) -> String {
+    let mut key = String::with_capacity(encoded.len());
+    let mut rest = encoded;
+    while let Some(at) = rest.find('%') {
+        key.push_str(&rest[..at]);
+        let escape = &rest[at..];
+        let (decoded, len) = if escape.starts_with("%25") {
+            ('%', 3)
+        } else if escape.starts_with("%7B") {
+            ('{', 3)
+        } else if escape.starts_with("%7D") {
+            ('}', 3)
+        } else {
+            ('%', 1)
+        };
+        key.push(decoded);
+        rest = &escape[len..];
+    }
+    key.push_str(rest);
+    key
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn key_names_use_a_hash_tag() {
+        let n = KeyNames::in_namespace("lock:", "", "goods:42").unwrap();
+        assert_eq!(&*n.lock, "lock:{goods:42}");
+        assert_eq!(n.fence(), "lock:{goods:42}:fence");
+        assert_eq!(n.channel(), "lock:{goods:42}:ch");
+        // braces from the key never choose the hash tag, and a key can never name another
+        // lock's counter, waiting set or turn marker
+        let n = KeyNames::in_namespace("lock:", "", "shop:{7}:goods:1").unwrap();
+        assert_eq!(&*n.lock, "lock:{shop:%7B7%7D:goods:1}");
+        let n = KeyNames::in_namespace("lock:", "", "a}:x{b").unwrap();
+        assert_eq!(&*n.lock, "lock:{a%7D:x%7Bb}");
+        let victim = KeyNames::in_namespace("lock:", "", "a{t}").unwrap();
+        for reserved in [":fence", ":wq", ":turn", ":ch"] {
+            let n = KeyNames::in_namespace("lock:", "", &format!("a{{t}}{reserved}")).unwrap();
+            assert_ne!(*n.lock, *format!("{}{reserved}", victim.lock));
+            assert!(n.lock.ends_with('}'));
+        }
+        let n = KeyNames::in_namespace("lock:", "", "100%").unwrap();
+        assert_eq!(&*n.lock, "lock:{100%25}");
+        assert_ne!(
+            n.lock,
+            KeyNames::in_namespace("lock:", "", "100%25").unwrap().lock
+        );
+        let e = KeyNames::in_namespace("lock:", "", "").unwrap_err();
+        assert_eq!(e.kind(), ErrorKind::InvalidKey);
+    }
+
+    #[test]
+    fn lock_keys_parse_back() {
+        for namespace in ["", "rw:", "sem:"] {
+            for key in ["goods:42", "shop:{7}:a", "100%", "a%7Bb", "x}y"] {
+                let names = KeyNames::in_namespace("lock:", namespace, key).unwrap();
+                assert_eq!(
+                    KeyNames::parse("lock:", namespace, &names.lock),
+                    Some(key.to_owned()),
+                    "{}",
+                    names.lock
+                );
+                for other in ["", "rw:", "sem:"].iter().filter(|n| **n != namespace) {
+                    assert_eq!(KeyNames::parse("lock:", other, &names.lock), None);
+                }
+                for aux in [names.fence(), names.queue(), names.turn()] {
+                    assert_eq!(KeyNames::parse("lock:", namespace, &aux), None);
+                }
+            }
+        }
+        assert_eq!(KeyNames::parse("lock:", "", "other:{a}"), None);
+        assert_eq!(KeyNames::parse("lock:", "", "lock:queue:{a}"), None);
+        assert_eq!(KeyNames::parse("lock:", "", "lock:{}"), None);
+        assert_eq!(decode_key("%25%7B%7D%zz%"), "%{}%zz%");
+    }
+
+    #[test]
+    fn scan_patterns_escape_the_prefix_and_encode_the_key() {
+        assert_eq!(KeyNames::scan_pattern("lock:", "*"), "lock:*{*}");
+        assert_eq!(
+            KeyNames::scan_pattern("a*[x]:", "goods:?"),
+            "a\\*\\[x\\]:*{goods:?}"
+        );
+        assert_eq!(
+            KeyNames::scan_pattern("lock:", "shop:{7}*"),
+            "lock:*{shop:%7B7%7D*}"
+        );
+    }
+}
