@@ -203,12 +203,10 @@ pub struct LockConfig {
 /// Secrets stay out: the password shows as `***`, and so does one written into a URL.
 impl std::fmt::Debug for LockConfig {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        let urls = |urls: &[String]| -> Vec<String> {
-            urls.iter().map(|u| crate::backend::redacted(u)).collect()
-        };
+        let urls = |urls: &[String]| -> Vec<String> { urls.iter().map(|u| redacted(u)).collect() };
         let topology = match &self.topology {
             Topology::Single { url } => {
-                format!("Single {{ url: {:?} }}", crate::backend::redacted(url))
+                format!("Single {{ url: {:?} }}", redacted(url))
             }
             Topology::Cluster { nodes } => format!("Cluster {{ nodes: {:?} }}", urls(nodes)),
             Topology::Sentinel {
@@ -220,7 +218,7 @@ impl std::fmt::Debug for LockConfig {
             ),
             Topology::MasterSlave { master, replicas } => format!(
                 "MasterSlave {{ master: {:?}, replicas: {:?} }}",
-                crate::backend::redacted(master),
+                redacted(master),
                 urls(replicas)
             ),
         };
@@ -239,6 +237,16 @@ impl std::fmt::Debug for LockConfig {
             .field("fence_idle_ttl", &self.fence_idle_ttl)
             .field("source", &self.source)
             .finish()
+    }
+}
+
+/// The URL without a password, for messages.
+pub(crate) fn redacted(url: &str) -> String {
+    match (url.find("://"), url.rfind('@')) {
+        (Some(scheme), Some(at)) if at > scheme => {
+            format!("{}://***@{}", &url[..scheme], &url[at + 1..])
+        }
+        _ => url.to_owned(),
     }
 }
 
@@ -521,7 +529,7 @@ impl LockConfig {
                 "{origin}: `{field}` = {:?} asks to skip certificate checks (`#insecure`), which \
                  this crate does not do; give the CA that signed the server's certificate as \
                  `redis.tls.ca_file` instead",
-                crate::backend::redacted(url)
+                redacted(url)
             )));
         }
         let Some(&(first_field, first_url)) = urls.first() else {
@@ -537,7 +545,7 @@ impl LockConfig {
             return Err(LockError::config(format!(
                 "{origin}: `{field}` = {:?} is plaintext (redis://) while other URLs use TLS \
                  (rediss://): use one scheme for every URL",
-                crate::backend::redacted(url)
+                redacted(url)
             )));
         }
         if tls_urls == 0 {
@@ -545,7 +553,7 @@ impl LockConfig {
                 return Err(LockError::config(format!(
                     "{origin}: `redis.tls` is set but `{first_field}` = {:?} is plaintext: \
                      write rediss:// to connect with TLS (or remove `redis.tls`)",
-                    crate::backend::redacted(first_url)
+                    redacted(first_url)
                 )));
             }
             return Ok(());
