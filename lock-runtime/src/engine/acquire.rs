@@ -11,7 +11,8 @@ use tracing::Instrument;
 
 use super::batch::Op;
 use super::guard::Guard;
-use super::local::{GrantId, OwnerField, Turn, new_grant_id};
+use super::line::Turn;
+use super::local::{GrantId, OwnerField, new_grant_id};
 use super::{Ask, Attempt, Inner, Target, owner_field, parse_attempt, replica_sync_error};
 use crate::detach::Detachable;
 use crate::error::{ErrorKind, LockError};

@@ -13,6 +13,7 @@ pub(crate) mod batch;
 pub(crate) mod guard;
 mod holds;
 mod kind;
+mod line;
 pub(crate) mod local;
 pub(crate) mod notify;
 mod release;
