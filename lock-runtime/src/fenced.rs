@@ -104,7 +104,9 @@ use redis::{FromRedisValue, RedisError, Script, ToRedisArgs};
 
 use crate::context::Held;
 use crate::error::{ErrorKind, LockError};
-use crate::{LockGuard, Permit, WriteGuard};
+use crate::kinds::mutex::LockGuard;
+use crate::kinds::rw::WriteGuard;
+use crate::kinds::semaphore::Permit;
 
 /// The hash field holding the token of the last accepted write.
 const FENCE_FIELD: &str = "fence";

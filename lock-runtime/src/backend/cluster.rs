@@ -8,8 +8,7 @@ use redis::{ProtocolVersion, PushInfo};
 use tokio::sync::mpsc::UnboundedSender;
 
 use super::probe;
-use super::single::redacted;
-use crate::config::LockConfig;
+use crate::config::{LockConfig, redacted};
 use crate::error::{ErrorKind, LockError};
 
 pub(super) struct Cluster {

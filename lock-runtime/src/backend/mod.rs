@@ -16,9 +16,6 @@ mod sentinel;
 mod single;
 mod tls;
 
-pub(crate) use single::redacted;
-pub(crate) use tls::tls_failure;
-
 use std::future::Future;
 use std::time::Duration;
 

@@ -65,7 +65,7 @@ pub(super) async fn answers_tls(host: &str, port: u16) -> bool {
 /// The error for a client whose scheme does not match the server's port; `url` is shown
 /// redacted.
 pub(super) fn wrong_scheme(url: &str, server_tls: bool) -> LockError {
-    let url = super::redacted(url);
+    let url = crate::config::redacted(url);
     let what = if server_tls {
         "TLS: the server speaks TLS only on this port: write rediss:// (lock-runtime's `tls` \
          feature; the CA and a client certificate go in `redis.tls`)"
@@ -87,7 +87,7 @@ pub(super) async fn wrong_scheme_after<U: AsRef<str>>(
         || err.is_timeout()
         || err.code().is_some()
         || err.kind() == redis::ErrorKind::AuthenticationFailed
-        || super::tls_failure(err).is_some();
+        || crate::error::tls_failure(err).is_some();
     if said_why {
         return None;
     }

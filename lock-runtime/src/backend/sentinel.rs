@@ -19,8 +19,8 @@ use tokio::sync::Notify;
 use tokio::sync::mpsc::UnboundedSender;
 
 use super::probe;
-use super::single::{Single, open, redacted};
-use crate::config::LockConfig;
+use super::single::{Single, open};
+use crate::config::{LockConfig, redacted};
 use crate::error::{ErrorKind, LockError};
 
 /// How often the sentinels are asked who the master is.

@@ -6,7 +6,7 @@ use redis::{IntoConnectionInfo, ProtocolVersion, PushInfo};
 use tokio::sync::mpsc::UnboundedSender;
 
 use super::probe;
-use crate::config::LockConfig;
+use crate::config::{LockConfig, redacted};
 use crate::error::{ErrorKind, LockError};
 
 /// Connections to one server: commands, the shared subscriber, and (with `sync_replicas`) one
@@ -157,14 +157,4 @@ fn invalid_url(url: &str, config: &LockConfig, e: redis::RedisError) -> LockErro
         redacted(url)
     ))
     .with_source(e)
-}
-
-/// The URL without a password, for messages.
-pub(crate) fn redacted(url: &str) -> String {
-    match (url.find("://"), url.rfind('@')) {
-        (Some(scheme), Some(at)) if at > scheme => {
-            format!("{}://***@{}", &url[..scheme], &url[at + 1..])
-        }
-        _ => url.to_owned(),
-    }
 }

@@ -5,8 +5,8 @@ use std::sync::{Mutex, MutexGuard};
 
 use tokio::sync::oneshot;
 
+use super::ids::{GrantId, OwnerField};
 use super::kind::Kind;
-use super::local::{GrantId, OwnerField};
 use super::names::KeyNames;
 use super::reply::Ask;
 use super::target::Target;

@@ -6,8 +6,9 @@ use std::sync::OnceLock;
 use std::time::{Duration, Instant};
 
 use super::batcher::Batcher;
+use super::ids::OwnerField;
 use super::kind::{Kind, MAX_KINDS};
-use super::local::{Local, OwnerField};
+use super::local::Local;
 use super::names::KeyNames;
 use crate::backend::Backend;
 use crate::config::LockConfig;

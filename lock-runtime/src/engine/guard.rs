@@ -7,7 +7,8 @@ use std::time::{Duration, Instant};
 use tracing::Instrument;
 
 use super::core::Engine;
-use super::local::{GrantId, HoldCell, OwnerField, valid_until};
+use super::holds::{HoldCell, valid_until};
+use super::ids::{GrantId, OwnerField};
 use super::names::KeyNames;
 use super::reply::Released;
 use super::target::Target;

@@ -5,8 +5,8 @@ use std::time::{Duration, Instant};
 
 use tokio_util::sync::CancellationToken;
 
+use super::ids::{GrantId, OwnerField};
 use super::kind::Kind;
-use super::local::{GrantId, KeyState, OwnerField};
 use crate::events::HoldInfo;
 use crate::vocab::LossReason;
 
@@ -124,7 +124,7 @@ impl Hold {
 
 /// A new generation: never merged into an existing hold of the same owner.
 pub(super) fn add_hold(
-    state: &mut KeyState,
+    holds: &mut Vec<Hold>,
     kind: &'static Kind,
     owner: &OwnerField,
     grant: &GrantId,
@@ -135,8 +135,7 @@ pub(super) fn add_hold(
     // An earlier generation of the same owner is dead (a live one would have been re-entered):
     // its guards are lost.
     let now = Instant::now();
-    for hold in state
-        .holds
+    for hold in holds
         .iter()
         .filter(|h| h.owner == *owner && h.grant != *grant)
     {
@@ -145,14 +144,14 @@ pub(super) fn add_hold(
             hold.cell.lost.cancel();
         }
     }
-    if let Some(hold) = state.holds.iter_mut().find(|h| h.grant == *grant) {
+    if let Some(hold) = holds.iter_mut().find(|h| h.grant == *grant) {
         hold.guards += 1;
         hold.watched += u32::from(watched);
         hold.cell.extend_to(valid_until(sent, lease_ms));
         return hold.cell.clone();
     }
     let cell = HoldCell::new(valid_until(sent, lease_ms));
-    state.holds.push(Hold {
+    holds.push(Hold {
         kind,
         owner: owner.clone(),
         grant: grant.clone(),

@@ -5,82 +5,68 @@
 //! a release wakes one waiter, not all of them, and a task that releases and locks again queues
 //! behind the waiters already in line. When a holder releases while the head is parked, the
 //! release script can hand the lock straight to the head (one round trip); see `release.lua`.
+//! The waiters' steps (joining the line, taking turns, parking, leaving) are in `line.rs`.
 //!
 //! Everything here is synchronous and runs under one short mutex; the Redis calls happen between
 //! the `begin_*` and `end_*` steps.
 
 use std::collections::{HashMap, VecDeque};
-use std::sync::atomic::{AtomicU64, Ordering};
-use std::sync::{Arc, LazyLock, Mutex, MutexGuard};
+use std::sync::atomic::AtomicU64;
+use std::sync::{Arc, Mutex, MutexGuard};
 use std::time::Instant;
 
 use tokio::sync::Notify;
 
-use super::holds::{Hold, add_hold};
-pub(crate) use super::holds::{HoldCell, valid_until};
+use super::holds::{Hold, HoldCell, add_hold, valid_until};
+use super::ids::{GrantId, LockKey, OwnerField};
 use super::kind::Kind;
 use crate::vocab::LossReason;
-
-/// A lock key as stored on Redis (prefix and hash tag applied).
-pub(crate) type LockKey = Arc<str>;
-/// An owner as stored on Redis: `<process instance>:<owner id>`.
-pub(crate) type OwnerField = Arc<str>;
-/// The id of one grant (a hold's generation): 16 hex digits, chosen by the client for the
-/// attempt that may make the grant, stored with it on Redis. Releasing by grant id undoes
-/// exactly that grant, never an older or newer one of the same owner.
-pub(crate) type GrantId = Arc<str>;
-
-/// A new grant id, unique in this process (and, with its random start, across restarts).
-pub(crate) fn new_grant_id() -> GrantId {
-    static NEXT: LazyLock<AtomicU64> = LazyLock::new(|| AtomicU64::new(rand::random()));
-    format!("{:016x}", NEXT.fetch_add(1, Ordering::Relaxed)).into()
-}
 
 #[derive(Default)]
 pub(crate) struct Local {
     keys: Mutex<HashMap<LockKey, KeyState>>,
-    next_waiter: AtomicU64,
+    pub(super) next_waiter: AtomicU64,
 }
 
 #[derive(Default)]
 pub(super) struct KeyState {
     pub(super) holds: Vec<Hold>,
-    waiters: VecDeque<Waiter>,
+    pub(super) waiters: VecDeque<Waiter>,
     /// The next turn went to another service (see [`Local::watch_turn`]).
-    turn_watch: TurnWatch,
+    pub(super) turn_watch: TurnWatch,
 }
 
 /// Whether a timer already watches for a turn of another service running out, and when a
 /// wake-up last found the head reserved for a hand-off.
 #[derive(Default)]
-struct TurnWatch {
-    armed: bool,
+pub(super) struct TurnWatch {
+    pub(super) armed: bool,
     /// When a wake-up (a message giving this service the turn, a turn timer, a reconnection)
     /// last reached the head while a release had it reserved, so that it could not act on it:
     /// a release that yielded decides by this whether to wake the head (see
     /// [`ReleaseEnd::Yielded`]).
-    missed: std::cell::Cell<Option<Instant>>,
+    pub(super) missed: std::cell::Cell<Option<Instant>>,
 }
 
-struct Waiter {
-    id: u64,
-    kind: &'static Kind,
-    owner: OwnerField,
+pub(super) struct Waiter {
+    pub(super) id: u64,
+    pub(super) kind: &'static Kind,
+    pub(super) owner: OwnerField,
     /// The grant id of every attempt of this waiter and of a hand-off to it.
-    grant: GrantId,
-    lease_ms: u64,
-    watched: bool,
-    state: WaiterState,
+    pub(super) grant: GrantId,
+    pub(super) lease_ms: u64,
+    pub(super) watched: bool,
+    pub(super) state: WaiterState,
     /// Its last attempt failed but the kind said a smaller request might fit: the waiters
     /// behind it may try too (see [`Local::park`]).
-    passed: bool,
+    pub(super) passed: bool,
     /// When the release that handed the lock over was sent: the lease runs from at most then.
-    granted_at: Instant,
-    wake: Arc<Notify>,
+    pub(super) granted_at: Instant,
+    pub(super) wake: Arc<Notify>,
 }
 
 #[derive(Clone, Copy, PartialEq, Eq, Debug)]
-enum WaiterState {
+pub(super) enum WaiterState {
     /// Waiting to be woken; a release may reserve it for a hand-off.
     Parked,
     /// Its own acquire attempt is in flight.
@@ -89,21 +75,6 @@ enum WaiterState {
     Reserved,
     /// The lock was handed to it with this token; its hold is registered.
     Granted(u64),
-}
-
-/// What a waiter should do next.
-#[derive(Debug, PartialEq, Eq)]
-pub(crate) enum Turn {
-    /// Not at the head, or a hand-off to it is in flight: wait for a wake-up.
-    Wait,
-    /// At the head: try Redis now.
-    Attempt,
-    /// At the head, but another owner of this service holds the lock: its release will hand
-    /// the lock over or wake the head, so Redis need not be asked. Look again at `until`, when
-    /// that hold stops being valid unless it is renewed.
-    Behind { until: Instant },
-    /// The lock was handed over with this token; its lease started no earlier than `since`.
-    Granted { token: u64, since: Instant },
 }
 
 /// A waiter reserved by a release for a hand-off.
@@ -159,7 +130,7 @@ pub(crate) struct Renewal {
 }
 
 impl Local {
-    fn lock(&self) -> MutexGuard<'_, HashMap<LockKey, KeyState>> {
+    pub(super) fn lock(&self) -> MutexGuard<'_, HashMap<LockKey, KeyState>> {
         // A panic while holding this mutex cannot leave the maps inconsistent in a way that
         // matters more than refusing all further lock operations would.
         self.keys
@@ -194,7 +165,15 @@ impl Local {
     ) -> Arc<HoldCell> {
         let mut keys = self.lock();
         let state = keys.entry(key.clone()).or_default();
-        add_hold(state, kind, owner, grant, watched, sent, lease_ms)
+        add_hold(
+            &mut state.holds,
+            kind,
+            owner,
+            grant,
+            watched,
+            sent,
+            lease_ms,
+        )
     }
 
     /// Whether `owner` has a valid hold of any kind on `key` in this process (no allocation:
@@ -376,7 +355,15 @@ impl Local {
                     w.lease_ms,
                 );
                 let at = reservation.as_ref().map_or_else(Instant::now, |r| r.at);
-                add_hold(state, kind, &owner, &grant, watched, at, lease_ms);
+                add_hold(
+                    &mut state.holds,
+                    kind,
+                    &owner,
+                    &grant,
+                    watched,
+                    at,
+                    lease_ms,
+                );
                 let waiter = &mut state.waiters[i];
                 waiter.state = WaiterState::Granted(token);
                 waiter.granted_at = at;
@@ -417,163 +404,6 @@ impl Local {
         }
     }
 
-    /// Puts a new waiter for a hold of `kind` at the end of the line of `key`; its attempts
-    /// carry `grant`.
-    pub(crate) fn enqueue(
-        &self,
-        key: &LockKey,
-        kind: &'static Kind,
-        owner: &OwnerField,
-        grant: &GrantId,
-        lease_ms: u64,
-        watched: bool,
-    ) -> (u64, Arc<Notify>) {
-        let id = self.next_waiter.fetch_add(1, Ordering::Relaxed);
-        let wake = Arc::new(Notify::new());
-        let mut keys = self.lock();
-        let state = keys.entry(key.clone()).or_default();
-        // No wake-up permit for a new head: it attempts before it first waits anyway, and a
-        // stored permit would only make it attempt once more for nothing.
-        state.waiters.push_back(Waiter {
-            id,
-            kind,
-            owner: owner.clone(),
-            grant: grant.clone(),
-            lease_ms,
-            watched,
-            state: WaiterState::Parked,
-            passed: false,
-            granted_at: Instant::now(),
-            wake: wake.clone(),
-        });
-        (id, wake)
-    }
-
-    /// What waiter `id` should do now; marks the head as attempting when it should try Redis.
-    pub(crate) fn turn(&self, key: &str, id: u64) -> Turn {
-        let mut keys = self.lock();
-        let Some(state) = keys.get_mut(key) else {
-            return Turn::Wait;
-        };
-        let Some(i) = state.waiters.iter().position(|w| w.id == id) else {
-            return Turn::Wait;
-        };
-        let w = &state.waiters[i];
-        if let WaiterState::Granted(token) = w.state {
-            return Turn::Granted {
-                token,
-                since: w.granted_at,
-            };
-        }
-        // The head looks; so does a waiter of a joint kind with only such waiters ahead of it
-        // (readers take their shares together, not one round trip after another).
-        let front = i == 0
-            || (w.kind.joint && state.waiters.iter().take(i).all(|a| a.kind.joint))
-            || state.waiters.iter().take(i).all(|a| a.passed);
-        if !front {
-            return Turn::Wait;
-        }
-        let now = Instant::now();
-        match w.state {
-            WaiterState::Parked => {
-                let behind = state
-                    .holds
-                    .iter()
-                    .filter(|h| h.live(now) && h.blocks(&w.owner, w.kind.shared))
-                    .map(|h| h.cell.valid_until())
-                    .max();
-                match behind {
-                    Some(until) => Turn::Behind { until },
-                    None => {
-                        state.waiters[i].state = WaiterState::Attempting;
-                        state.waiters[i].passed = false;
-                        Turn::Attempt
-                    }
-                }
-            }
-            WaiterState::Attempting => Turn::Attempt,
-            WaiterState::Reserved | WaiterState::Granted(_) => Turn::Wait,
-        }
-    }
-
-    /// The head's attempt failed (lock held elsewhere): park it so releases can hand off to it.
-    ///
-    /// `room`: the kind said a smaller request might be granted now (a semaphore with permits
-    /// free, but too few for this waiter): the waiter lets the one behind it try, and so on.
-    pub(crate) fn park(&self, key: &str, id: u64, room: bool) {
-        let mut keys = self.lock();
-        let Some(state) = keys.get_mut(key) else {
-            return;
-        };
-        let Some(i) = state.waiters.iter().position(|w| w.id == id) else {
-            return;
-        };
-        let w = &mut state.waiters[i];
-        if w.state == WaiterState::Attempting {
-            w.state = WaiterState::Parked;
-            w.passed = room;
-            if room && let Some(next) = state.waiters.get(i + 1) {
-                next.wake.notify_one();
-            }
-        }
-    }
-
-    /// Waiter `id` got the lock (by its own attempt sent at `sent`, or a hand-off): leave the
-    /// line, register the hold unless a hand-off already did, and wake the next head.
-    pub(crate) fn leave_granted(&self, key: &LockKey, id: u64, sent: Instant) -> Arc<HoldCell> {
-        let mut keys = self.lock();
-        let state = keys.entry(key.clone()).or_default();
-        match remove_waiter(state, id) {
-            Some(w) if matches!(w.state, WaiterState::Granted(_)) => {
-                match state.holds.iter().find(|h| h.grant == w.grant) {
-                    Some(hold) => hold.cell.clone(),
-                    None => add_hold(
-                        state, w.kind, &w.owner, &w.grant, w.watched, sent, w.lease_ms,
-                    ),
-                }
-            }
-            Some(w) => add_hold(
-                state, w.kind, &w.owner, &w.grant, w.watched, sent, w.lease_ms,
-            ),
-            // not in line (cannot happen): a hold that is already lost
-            None => {
-                let cell = HoldCell::new(sent);
-                cell.lost.cancel();
-                cell
-            }
-        }
-    }
-
-    /// Waiter `id` gives up (timeout, error, cancellation). If a hand-off had already reached
-    /// it, returns the grant to give back (its hold is already dropped). The second value says
-    /// whether the line is empty now (the service waits no more).
-    pub(crate) fn leave(&self, key: &str, id: u64) -> (Option<Orphan>, bool) {
-        let mut keys = self.lock();
-        let Some(state) = keys.get_mut(key) else {
-            return (None, false);
-        };
-        let Some(waiter) = remove_waiter(state, id) else {
-            return (None, false);
-        };
-        let orphan = match waiter.state {
-            WaiterState::Granted(_) => {
-                if let Some(i) = state.holds.iter().position(|h| h.grant == waiter.grant) {
-                    state.holds.swap_remove(i).cell.lost.cancel();
-                }
-                Some(Orphan {
-                    owner: waiter.owner,
-                    grant: waiter.grant,
-                })
-            }
-            _ => None,
-        };
-        let line_empty = state.waiters.is_empty();
-        if state.is_idle() {
-            keys.remove(key);
-        }
-        (orphan, line_empty)
-    }
-
     /// Marks every hold of `key` in this process lost (it was force-unlocked).
     pub(crate) fn mark_lost(&self, key: &str) {
         let mut keys = self.lock();
@@ -589,46 +419,6 @@ impl Local {
         }
     }
 
-    /// Wakes the head waiter of `key`.
-    pub(crate) fn wake_head(&self, key: &str) {
-        if let Some(state) = self.lock().get(key) {
-            wake_front(state);
-        }
-    }
-
-    /// Notes that the next turn of `key` went to another service, while someone here waits
-    /// for it. Returns whether the caller must start a timer (none runs for `key` yet) that
-    /// calls [`turn_watch_fired`](Self::turn_watch_fired) once that turn can have run out.
-    ///
-    /// The turns that go elsewhere while the timer runs start no timer of their own: the head
-    /// looks again once per turn length at most, not once per release of the other services
-    /// (which under steady contention asked Redis in vain at every one of them). It does look
-    /// that often: a service whose registration as waiting was lost (a failover that dropped
-    /// the last writes) gets no message of its own until it registers again.
-    pub(crate) fn watch_turn(&self, key: &str) -> bool {
-        let mut keys = self.lock();
-        let Some(state) = keys.get_mut(key).filter(|s| !s.waiters.is_empty()) else {
-            return false;
-        };
-        !std::mem::replace(&mut state.turn_watch.armed, true)
-    }
-
-    /// The turn timer of `key` fired: the turn it watched ran out or was claimed (and its hold
-    /// is what the head now waits for). Wakes the head, which asks Redis.
-    pub(crate) fn turn_watch_fired(&self, key: &str) {
-        if let Some(state) = self.lock().get_mut(key) {
-            state.turn_watch.armed = false;
-            wake_front(state);
-        }
-    }
-
-    /// Wakes every head waiter (the subscriber reconnected and may have missed messages).
-    pub(crate) fn wake_all_heads(&self) {
-        for state in self.lock().values() {
-            wake_front(state);
-        }
-    }
-
     /// How many guards the grants `grants` (space-separated ids, as on Redis) of `key` have in
     /// this process, if one of them is held here.
     pub(crate) fn guards_of(&self, key: &str, grants: &str) -> Option<u32> {
@@ -641,32 +431,6 @@ impl Local {
                 .find(|h| &*h.grant == g)
                 .map(|h| h.guards)
         })
-    }
-
-    /// The keys someone in this process waits for.
-    pub(crate) fn waited_keys(&self) -> Vec<LockKey> {
-        self.lock()
-            .iter()
-            .filter(|(_, state)| !state.waiters.is_empty())
-            .map(|(key, _)| key.clone())
-            .collect()
-    }
-
-    /// How many callers of this service wait in line for `key`.
-    pub(crate) fn waiter_count(&self, key: &str) -> usize {
-        self.lock().get(key).map_or(0, |s| s.waiters.len())
-    }
-
-    /// How many callers of this service wait in line for a hold of `kind` of `key`.
-    pub(crate) fn waiters_of(&self, key: &str, kind: &Kind) -> usize {
-        self.lock()
-            .get(key)
-            .map_or(0, |s| s.waiters.iter().filter(|w| w.kind == kind).count())
-    }
-
-    /// Whether anyone in this process waits for `key`.
-    pub(crate) fn has_waiters(&self, key: &str) -> bool {
-        self.lock().get(key).is_some_and(|s| !s.waiters.is_empty())
     }
 
     /// The holds the watchdog must renew now (valid ones with a guard without a lease).
@@ -719,14 +483,14 @@ impl Local {
 }
 
 impl KeyState {
-    fn is_idle(&self) -> bool {
+    pub(super) fn is_idle(&self) -> bool {
         self.holds.is_empty() && self.waiters.is_empty()
     }
 }
 
 /// Wakes the head waiter, and when it is of a joint kind, the waiters of joint kinds right
 /// behind it (see [`Local::turn`]).
-fn wake_front(state: &KeyState) {
+pub(super) fn wake_front(state: &KeyState) {
     let mut front = state.waiters.iter();
     if let Some(head) = front.next() {
         if head.state == WaiterState::Reserved {
@@ -741,20 +505,13 @@ fn wake_front(state: &KeyState) {
     }
 }
 
-/// Removes waiter `id`; when it was the head, wakes the new head.
-fn remove_waiter(state: &mut KeyState, id: u64) -> Option<Waiter> {
-    let i = state.waiters.iter().position(|w| w.id == id)?;
-    let waiter = state.waiters.remove(i)?;
-    if i == 0 {
-        wake_front(state);
-    }
-    Some(waiter)
-}
-
 #[cfg(test)]
 mod tests {
+    use std::sync::LazyLock;
     use std::time::Duration;
 
+    use super::super::ids::new_grant_id;
+    use super::super::line::Turn;
     use super::*;
 
     static NO_SCRIPT: LazyLock<redis::Script> = LazyLock::new(|| redis::Script::new("return 0"));
@@ -782,7 +539,7 @@ mod tests {
         let mut keys = local.lock();
         let state = keys.entry(k.clone()).or_default();
         add_hold(
-            state,
+            &mut state.holds,
             &TEST_KIND,
             owner,
             &grant,
@@ -876,7 +633,7 @@ mod tests {
             let mut keys = local.lock();
             let state = keys.entry(k.clone()).or_default();
             let sent = Instant::now() - Duration::from_millis(500);
-            add_hold(state, &TEST_KIND, &a, &grant, false, sent, 300);
+            add_hold(&mut state.holds, &TEST_KIND, &a, &grant, false, sent, 300);
         }
         assert!(local.holding(&k, &a, false).is_none());
         assert!(

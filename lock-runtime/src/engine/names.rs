@@ -4,7 +4,7 @@
 
 use std::sync::Arc;
 
-use super::local::LockKey;
+use super::ids::LockKey;
 use crate::error::{ErrorKind, LockError};
 use crate::scripts::{CHANNEL_SUFFIX, FENCE_SUFFIX, QUEUE_SUFFIX, TURN_SUFFIX};
 

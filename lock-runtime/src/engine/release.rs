@@ -9,7 +9,8 @@ use std::time::{Duration, Instant};
 
 use super::batcher::Op;
 use super::core::Engine;
-use super::local::{GrantId, OwnerField, ReleaseEnd, ReleasePlan, Reservation};
+use super::ids::{GrantId, OwnerField};
+use super::local::{ReleaseEnd, ReleasePlan, Reservation};
 use super::reply::{Released, parse_released};
 use super::target::Target;
 use crate::detach::Detachable;

@@ -177,7 +177,7 @@ macro_rules! guard_methods {
         }
 
         #[doc = concat!("The owner holding the ", $noun, ".")]
-        pub fn owner(&self) -> &crate::OwnerId {
+        pub fn owner(&self) -> &crate::owner::OwnerId {
             self.core.owner()
         }
 
@@ -210,7 +210,7 @@ macro_rules! guard_methods {
         ///
         /// # Cancel safety
         /// Cancel safe: dropping the future changes nothing.
-        pub async fn lost(&self) -> crate::LockError {
+        pub async fn lost(&self) -> crate::error::LockError {
             self.core.lost().await
         }
 
@@ -225,7 +225,7 @@ macro_rules! guard_methods {
         /// changed on Redis), [`ErrorKind::InvalidArgument`](crate::ErrorKind::InvalidArgument)
         /// for a lease outside 1 ms to 3650 days, [`ErrorKind::Backend`](crate::ErrorKind::Backend)
         /// when Redis failed (the hold keeps its old lease).
-        pub async fn extend(&mut self, lease: std::time::Duration) -> Result<(), crate::LockError> {
+        pub async fn extend(&mut self, lease: std::time::Duration) -> Result<(), crate::error::LockError> {
             self.core.extend(lease).await
         }
 
@@ -243,7 +243,7 @@ macro_rules! guard_methods {
         ///
         /// # Cancel safety
         /// The release runs in its own task: cancelling this future does not stop it.
-        pub async fn release(self) -> Result<(), crate::LockError> {
+        pub async fn release(self) -> Result<(), crate::error::LockError> {
             self.core.release().await
         }
     };

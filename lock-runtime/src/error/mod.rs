@@ -1,5 +1,9 @@
 //! The one error type of the crate: [`LockError`], classified by [`ErrorKind`].
 
+mod tls;
+
+pub(crate) use tls::tls_failure;
+
 use std::error::Error as StdError;
 use std::fmt;
 use std::sync::Arc;
@@ -148,7 +152,7 @@ impl LockError {
     /// A Redis failure; refused credentials or permissions are [`ErrorKind::Auth`], a failed
     /// TLS handshake [`ErrorKind::Tls`].
     pub(crate) fn backend(context: &str, err: redis::RedisError) -> Self {
-        if let Some(what) = crate::backend::tls_failure(&err) {
+        if let Some(what) = tls_failure(&err) {
             return LockError::new(ErrorKind::Tls, format!("{context}: {what}")).with_source(err);
         }
         // a command or key refused inside a script comes without a NOPERM code on Redis 7.0

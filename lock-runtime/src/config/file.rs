@@ -1,0 +1,277 @@
+//! The TOML format: the file's tables as serde reads them, the duration fields, the
+//! environment fallbacks, and [`parse`] turning them into a checked [`LockConfig`].
+
+use std::path::{Path, PathBuf};
+use std::time::Duration;
+
+use serde::Deserialize;
+
+use super::{DefaultWait, LockConfig, TlsConfig, Topology};
+use crate::error::{ErrorKind, LockError};
+
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+struct RawFile {
+    redis: Option<RawRedis>,
+    #[serde(default)]
+    lock: RawLock,
+}
+
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+struct RawRedis {
+    mode: Option<String>,
+    url: Option<String>,
+    nodes: Option<Vec<String>>,
+    master_name: Option<String>,
+    sentinels: Option<Vec<String>>,
+    master: Option<String>,
+    replicas: Option<Vec<String>>,
+    username: Option<String>,
+    password: Option<String>,
+    tls: Option<RawTls>,
+    connect_timeout: Option<ConfigDuration>,
+    response_timeout: Option<ConfigDuration>,
+    sync_replicas: Option<u32>,
+    sync_timeout: Option<ConfigDuration>,
+}
+
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+struct RawTls {
+    ca_file: Option<PathBuf>,
+    cert_file: Option<PathBuf>,
+    key_file: Option<PathBuf>,
+}
+
+#[derive(Deserialize, Default)]
+#[serde(deny_unknown_fields)]
+struct RawLock {
+    prefix: Option<String>,
+    watchdog_timeout: Option<ConfigDuration>,
+    default_wait: Option<ConfigWait>,
+    fence_idle_ttl: Option<ConfigTtl>,
+}
+
+/// A duration written as `"500ms"`, `"5s"`, `"2m"`, `"1h"` or `"7d"`.
+struct ConfigDuration(Duration);
+
+impl<'de> Deserialize<'de> for ConfigDuration {
+    fn deserialize<D: serde::Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
+        let text = String::deserialize(d)?;
+        parse_duration(&text)
+            .map(ConfigDuration)
+            .map_err(serde::de::Error::custom)
+    }
+}
+
+/// A duration or `"forever"`.
+struct ConfigWait(DefaultWait);
+
+impl<'de> Deserialize<'de> for ConfigWait {
+    fn deserialize<D: serde::Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
+        let text = String::deserialize(d)?;
+        if text == "forever" {
+            return Ok(ConfigWait(DefaultWait::Forever));
+        }
+        parse_duration(&text)
+            .map(|d| ConfigWait(DefaultWait::For(d)))
+            .map_err(|e| serde::de::Error::custom(format!("{e}, or \"forever\"")))
+    }
+}
+
+/// A duration or `"never"`.
+struct ConfigTtl(Option<Duration>);
+
+impl<'de> Deserialize<'de> for ConfigTtl {
+    fn deserialize<D: serde::Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
+        let text = String::deserialize(d)?;
+        if text == "never" {
+            return Ok(ConfigTtl(None));
+        }
+        parse_duration(&text)
+            .map(|d| ConfigTtl(Some(d)))
+            .map_err(|e| serde::de::Error::custom(format!("{e}, or \"never\"")))
+    }
+}
+
+/// Parses a duration with the grammar the attribute uses too (`lock-duration`): `"500ms"`,
+/// `"1.5s"`, `"2m"`, `"1h"`, `"7d"`.
+pub(crate) fn parse_duration(text: &str) -> Result<Duration, String> {
+    lock_duration::parse_millis(text).map(Duration::from_millis)
+}
+
+pub(super) fn parse(
+    text: &str,
+    origin: &str,
+    source: Option<PathBuf>,
+) -> Result<LockConfig, LockError> {
+    let fail = |field: &str, what: String| {
+        LockError::new(
+            ErrorKind::Config,
+            format!("{origin}: invalid lock config at `{field}`: {what}"),
+        )
+    };
+    let de = toml::Deserializer::parse(text).map_err(|e| {
+        LockError::config(format!("{origin}: not valid TOML: {}", e.message())).with_source(e)
+    })?;
+    let raw: RawFile = serde_path_to_error::deserialize(de).map_err(|e| {
+        let path = e.path().to_string();
+        let inner = e.into_inner();
+        let line = inner
+            .span()
+            .map(|s| format!(" (line {})", text[..s.start].lines().count().max(1)))
+            .unwrap_or_default();
+        let field = if path == "." { "<top level>" } else { &path };
+        fail(field, format!("{}{line}", inner.message())).with_source(inner)
+    })?;
+    let r = raw.redis.ok_or_else(|| {
+        fail(
+            "redis",
+            "missing table [redis] (it needs at least `mode` and the address fields of that mode)"
+                .to_owned(),
+        )
+    })?;
+    let mode = r.mode.as_deref().ok_or_else(|| {
+        fail(
+            "redis.mode",
+            "missing; expected one of \"single\", \"cluster\", \"sentinel\", \"master-slave\""
+                .to_owned(),
+        )
+    })?;
+    let required = |field: &str, value: Option<String>| {
+        value.filter(|v| !v.trim().is_empty()).ok_or_else(|| {
+            fail(
+                &format!("redis.{field}"),
+                format!("missing; mode = \"{mode}\" requires it"),
+            )
+        })
+    };
+    let required_list = |field: &str, value: Option<Vec<String>>| match value {
+        Some(list) if !list.is_empty() => Ok(list),
+        _ => Err(fail(
+            &format!("redis.{field}"),
+            format!("missing or empty; mode = \"{mode}\" requires a list of redis:// URLs"),
+        )),
+    };
+    let (topology, used): (Topology, &[&str]) = match mode {
+        "single" => (
+            Topology::Single {
+                url: required("url", r.url.clone())?,
+            },
+            &["url"],
+        ),
+        "cluster" => (
+            Topology::Cluster {
+                nodes: required_list("nodes", r.nodes.clone())?,
+            },
+            &["nodes"],
+        ),
+        "sentinel" => (
+            Topology::Sentinel {
+                master_name: required("master_name", r.master_name.clone())?,
+                sentinels: required_list("sentinels", r.sentinels.clone())?,
+            },
+            &["master_name", "sentinels"],
+        ),
+        "master-slave" => (
+            Topology::MasterSlave {
+                master: required("master", r.master.clone())?,
+                replicas: r.replicas.clone().unwrap_or_default(),
+            },
+            &["master", "replicas"],
+        ),
+        other => {
+            return Err(fail(
+                "redis.mode",
+                format!(
+                    "unknown mode {other:?}; expected one of \"single\", \"cluster\", \
+                     \"sentinel\", \"master-slave\""
+                ),
+            ));
+        }
+    };
+    let present = [
+        ("url", r.url.is_some()),
+        ("nodes", r.nodes.is_some()),
+        ("master_name", r.master_name.is_some()),
+        ("sentinels", r.sentinels.is_some()),
+        ("master", r.master.is_some()),
+        ("replicas", r.replicas.is_some()),
+    ];
+    if let Some((field, _)) = present.iter().find(|(f, p)| *p && !used.contains(f)) {
+        return Err(fail(
+            &format!("redis.{field}"),
+            format!(
+                "does not apply to mode = \"{mode}\" (that mode uses: {})",
+                used.join(", ")
+            ),
+        ));
+    }
+    let env = |name: &str| std::env::var(name).ok().filter(|v| !v.is_empty());
+    let mut config = LockConfig::new(topology);
+    config.source = source;
+    config.username = r.username.or_else(|| env("LOCK_REDIS_USERNAME"));
+    config.password = r.password.or_else(|| env("LOCK_REDIS_PASSWORD"));
+    if let Some(tls) = r.tls {
+        // relative to the file's directory, like the file's other references would be read
+        let base = config.source.as_deref().and_then(Path::parent);
+        let resolve = |p: PathBuf| match base {
+            Some(dir) if p.is_relative() => dir.join(p),
+            _ => p,
+        };
+        let mut t = TlsConfig::new();
+        if let Some(ca) = tls.ca_file {
+            t = t.with_ca_file(resolve(ca));
+        }
+        t = match (tls.cert_file, tls.key_file) {
+            (Some(cert), Some(key)) => t.with_client_cert(resolve(cert), resolve(key)),
+            (None, None) => t,
+            (Some(_), None) => {
+                return Err(fail(
+                    "redis.tls.key_file",
+                    "missing; `cert_file` needs the key of that certificate".to_owned(),
+                ));
+            }
+            (None, Some(_)) => {
+                return Err(fail(
+                    "redis.tls.cert_file",
+                    "missing; `key_file` needs the certificate it belongs to".to_owned(),
+                ));
+            }
+        };
+        config.tls = Some(t);
+    }
+    if let Some(d) = r.connect_timeout {
+        config.connect_timeout = d.0;
+    }
+    if let Some(d) = r.response_timeout {
+        config.response_timeout = d.0;
+    }
+    if let Some(n) = r.sync_replicas {
+        config.sync_replicas = n;
+    }
+    if let Some(d) = r.sync_timeout {
+        config.sync_timeout = d.0;
+    }
+    if let Some(prefix) = raw.lock.prefix {
+        config.prefix = prefix;
+    }
+    if let Some(d) = raw.lock.watchdog_timeout {
+        config.watchdog_timeout = d.0;
+    }
+    if let Some(w) = raw.lock.default_wait {
+        config.default_wait = w.0;
+    }
+    if let Some(t) = raw.lock.fence_idle_ttl {
+        config.fence_idle_ttl = t.0;
+    }
+    config.validate().map_err(|e| {
+        if config.source.is_none() {
+            LockError::config(e.to_string().replacen("lock config", origin, 1))
+        } else {
+            e
+        }
+    })?;
+    Ok(config)
+}

@@ -1,0 +1,471 @@
+//! Configuration: which Redis topology to use and how locks behave, from a TOML file or code.
+//!
+//! ```toml
+//! [redis]
+//! mode = "single"                   # "single" | "cluster" | "sentinel" | "master-slave"
+//! url = "redis://127.0.0.1:6379"    # single
+//! # nodes = ["redis://127.0.0.1:7000", ...]          cluster
+//! # master_name = "mymaster"                          sentinel
+//! # sentinels = ["redis://127.0.0.1:26379", ...]      sentinel
+//! # master = "redis://127.0.0.1:6380"                 master-slave
+//! # replicas = ["redis://127.0.0.1:6381"]             master-slave
+//! # username = "app"      # optional in every mode; else $LOCK_REDIS_USERNAME
+//! # password = "secret"   # optional in every mode; else $LOCK_REDIS_PASSWORD
+//! connect_timeout = "3s"    # how long connecting may take before it fails
+//! response_timeout = "3s"   # how long one Redis operation may take before it fails
+//! # sync_replicas = 1       # cluster/sentinel/master-slave: replicas that must acknowledge
+//! # sync_timeout = "1s"     #   each grant within this time, else it is given back
+//!
+//! # [redis.tls]             # feature "tls"; the URLs say rediss:// (every one of them)
+//! # ca_file = "ca.pem"      # the CA that signed the servers' certificates (else system roots)
+//! # cert_file = "client.pem"  # a client certificate and its key, for servers that ask for one
+//! # key_file = "client.key"   #   (tls-auth-clients yes); both or neither
+//!
+//! [lock]
+//! prefix = "lock:"          # prepended to every key
+//! watchdog_timeout = "30s"  # lease of locks taken without one; renewed every third of it
+//! default_wait = "3s"       # how long annotated fns wait; "forever" to wait without limit
+//! fence_idle_ttl = "5m"     # a lock's fencing counter expires after this long without a grant
+//!                           #   (the clock takes over); "never" keeps it (one key per lock name)
+//! ```
+//!
+//! Every key is optional except `mode` and the address fields of the chosen mode. Unknown keys,
+//! fields of another mode and malformed values are [`ErrorKind::Config`] errors that name the
+//! file, the field and what was expected.
+//!
+//! # TLS
+//!
+//! Connections use TLS where the URLs say `rediss://`: then every URL of the configuration must
+//! (a mix of `redis://` and `rediss://` is a `Config` error), and in sentinel mode the master the
+//! sentinels name is reached over TLS as well. `[redis.tls]` ([`TlsConfig`]) names the files:
+//! a CA to trust instead of the system's roots, and a client certificate with its key for
+//! servers that check clients (mutual TLS). Relative paths in a file are relative to the file's
+//! directory. The files are read when the service connects (and again when sentinel mode
+//! switches masters); a file that cannot be read or holds no PEM certificate / key is a
+//! `Config` error naming the field and the path, never the contents. Certificates are always
+//! verified, host names included: there is no switch to turn that off (a URL ending in
+//! `#insecure` is refused); for self-signed servers, give their CA as `ca_file`. A server whose
+//! certificate is not trusted or has expired, one that refuses the client certificate, and one
+//! that does not speak TLS are [`ErrorKind::Tls`] errors naming the server. TLS needs the
+//! crate's `tls` feature (rustls; no OpenSSL): without it a `rediss://` URL or `[redis.tls]` is a
+//! `Config` error that says so.
+
+use std::path::{Path, PathBuf};
+use std::time::Duration;
+
+#[cfg(doc)]
+use crate::error::ErrorKind;
+use crate::error::LockError;
+
+mod file;
+#[cfg(test)]
+mod tests;
+mod validate;
+
+use file::parse;
+
+/// Which Redis deployment the locks live on.
+#[derive(Debug, Clone, PartialEq, Eq)]
+#[non_exhaustive]
+pub enum Topology {
+    /// One Redis server.
+    Single {
+        /// `redis://host:port[/db]`
+        url: String,
+    },
+    /// Redis Cluster: any subset of the nodes; the rest is discovered.
+    Cluster {
+        /// Seed node URLs.
+        nodes: Vec<String>,
+    },
+    /// A master found through Redis Sentinel.
+    Sentinel {
+        /// The name the sentinels monitor the master under.
+        master_name: String,
+        /// Sentinel URLs.
+        sentinels: Vec<String>,
+    },
+    /// A static master with replicas; no automatic failover.
+    MasterSlave {
+        /// The master's URL: all lock operations go there.
+        master: String,
+        /// Replica URLs (used for replica acknowledgements only).
+        replicas: Vec<String>,
+    },
+}
+
+impl Topology {
+    /// The name of the mode as written in the config file.
+    pub fn mode(&self) -> &'static str {
+        match self {
+            Topology::Single { .. } => "single",
+            Topology::Cluster { .. } => "cluster",
+            Topology::Sentinel { .. } => "sentinel",
+            Topology::MasterSlave { .. } => "master-slave",
+        }
+    }
+}
+
+/// The files TLS connections use (`[redis.tls]` in a file): a CA to trust and a client
+/// certificate (mutual TLS). TLS itself is on where the URLs say `rediss://` (see the
+/// [module docs](self#tls)); it needs the crate's `tls` feature.
+///
+/// Only paths are kept here: the files are read when the service connects, and neither the
+/// key nor any certificate is ever printed (`Debug` shows the paths).
+///
+/// ```
+/// use lock_runtime::LockConfig;
+/// use lock_runtime::config::TlsConfig;
+///
+/// let config = LockConfig::single("rediss://redis.internal:6380").with_tls(
+///     TlsConfig::new()
+///         .with_ca_file("/etc/lock/ca.pem")
+///         .with_client_cert("/etc/lock/client.pem", "/etc/lock/client.key"),
+/// );
+/// assert_eq!(config.tls().and_then(|t| t.key_file()).unwrap().to_str(), Some("/etc/lock/client.key"));
+/// ```
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct TlsConfig {
+    ca_file: Option<PathBuf>,
+    client: Option<(PathBuf, PathBuf)>,
+}
+
+impl TlsConfig {
+    /// No files: the system's root certificates, no client certificate.
+    pub fn new() -> Self {
+        Self::default()
+    }
+
+    /// Trusts the CA certificates (PEM) in `path` instead of the system's roots.
+    pub fn with_ca_file(mut self, path: impl Into<PathBuf>) -> Self {
+        self.ca_file = Some(path.into());
+        self
+    }
+
+    /// Presents the certificate chain in `cert_file` (PEM) with the private key in `key_file`
+    /// (PEM: PKCS#8, PKCS#1 or SEC1) to servers that check clients (`tls-auth-clients`).
+    pub fn with_client_cert(
+        mut self,
+        cert_file: impl Into<PathBuf>,
+        key_file: impl Into<PathBuf>,
+    ) -> Self {
+        self.client = Some((cert_file.into(), key_file.into()));
+        self
+    }
+
+    /// The CA file, if any.
+    pub fn ca_file(&self) -> Option<&Path> {
+        self.ca_file.as_deref()
+    }
+    /// The client certificate file, if any.
+    pub fn cert_file(&self) -> Option<&Path> {
+        self.client.as_ref().map(|(cert, _)| cert.as_path())
+    }
+    /// The client key file, if any.
+    pub fn key_file(&self) -> Option<&Path> {
+        self.client.as_ref().map(|(_, key)| key.as_path())
+    }
+}
+
+/// How long annotated fns (and other callers that ask for the default) wait for a lock.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum DefaultWait {
+    /// Wait at most this long.
+    For(Duration),
+    /// Wait until acquired.
+    Forever,
+}
+
+/// The whole configuration of a [`LockService`](crate::LockService).
+///
+/// Build it from TOML ([`from_toml_str`](Self::from_toml_str), [`from_file`](Self::from_file))
+/// or in code:
+///
+/// ```
+/// use lock_runtime::LockConfig;
+/// use std::time::Duration;
+///
+/// let config = LockConfig::single("redis://127.0.0.1:6379")
+///     .with_prefix("shop:lock:")
+///     .with_watchdog_timeout(Duration::from_secs(10));
+/// assert_eq!(config.prefix(), "shop:lock:");
+/// ```
+#[derive(Clone, PartialEq, Eq)]
+pub struct LockConfig {
+    topology: Topology,
+    username: Option<String>,
+    password: Option<String>,
+    tls: Option<TlsConfig>,
+    connect_timeout: Duration,
+    response_timeout: Duration,
+    sync_replicas: u32,
+    sync_timeout: Duration,
+    prefix: String,
+    watchdog_timeout: Duration,
+    default_wait: DefaultWait,
+    fence_idle_ttl: Option<Duration>,
+    source: Option<PathBuf>,
+}
+
+/// Secrets stay out: the password shows as `***`, and so does one written into a URL.
+impl std::fmt::Debug for LockConfig {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        let urls = |urls: &[String]| -> Vec<String> { urls.iter().map(|u| redacted(u)).collect() };
+        let topology = match &self.topology {
+            Topology::Single { url } => {
+                format!("Single {{ url: {:?} }}", redacted(url))
+            }
+            Topology::Cluster { nodes } => format!("Cluster {{ nodes: {:?} }}", urls(nodes)),
+            Topology::Sentinel {
+                master_name,
+                sentinels,
+            } => format!(
+                "Sentinel {{ master_name: {master_name:?}, sentinels: {:?} }}",
+                urls(sentinels)
+            ),
+            Topology::MasterSlave { master, replicas } => format!(
+                "MasterSlave {{ master: {:?}, replicas: {:?} }}",
+                redacted(master),
+                urls(replicas)
+            ),
+        };
+        f.debug_struct("LockConfig")
+            .field("topology", &format_args!("{topology}"))
+            .field("username", &self.username)
+            .field("password", &self.password.as_ref().map(|_| "***"))
+            .field("tls", &self.tls)
+            .field("connect_timeout", &self.connect_timeout)
+            .field("response_timeout", &self.response_timeout)
+            .field("sync_replicas", &self.sync_replicas)
+            .field("sync_timeout", &self.sync_timeout)
+            .field("prefix", &self.prefix)
+            .field("watchdog_timeout", &self.watchdog_timeout)
+            .field("default_wait", &self.default_wait)
+            .field("fence_idle_ttl", &self.fence_idle_ttl)
+            .field("source", &self.source)
+            .finish()
+    }
+}
+
+/// The URL without a password, for messages.
+pub(crate) fn redacted(url: &str) -> String {
+    match (url.find("://"), url.rfind('@')) {
+        (Some(scheme), Some(at)) if at > scheme => {
+            format!("{}://***@{}", &url[..scheme], &url[at + 1..])
+        }
+        _ => url.to_owned(),
+    }
+}
+
+const DEFAULT_CONNECT_TIMEOUT: Duration = Duration::from_secs(3);
+const DEFAULT_RESPONSE_TIMEOUT: Duration = Duration::from_secs(3);
+const DEFAULT_WATCHDOG_TIMEOUT: Duration = Duration::from_secs(30);
+const DEFAULT_WAIT: Duration = Duration::from_secs(3);
+const DEFAULT_PREFIX: &str = "lock:";
+const DEFAULT_SYNC_TIMEOUT: Duration = Duration::from_secs(1);
+const DEFAULT_FENCE_IDLE_TTL: Duration = Duration::from_secs(5 * 60);
+
+impl LockConfig {
+    /// A configuration for the given topology with every other setting at its default.
+    pub fn new(topology: Topology) -> Self {
+        LockConfig {
+            topology,
+            username: None,
+            password: None,
+            tls: None,
+            connect_timeout: DEFAULT_CONNECT_TIMEOUT,
+            response_timeout: DEFAULT_RESPONSE_TIMEOUT,
+            sync_replicas: 0,
+            sync_timeout: DEFAULT_SYNC_TIMEOUT,
+            prefix: DEFAULT_PREFIX.to_owned(),
+            watchdog_timeout: DEFAULT_WATCHDOG_TIMEOUT,
+            default_wait: DefaultWait::For(DEFAULT_WAIT),
+            fence_idle_ttl: Some(DEFAULT_FENCE_IDLE_TTL),
+            source: None,
+        }
+    }
+
+    /// A single-node configuration with defaults.
+    pub fn single(url: impl Into<String>) -> Self {
+        Self::new(Topology::Single { url: url.into() })
+    }
+
+    /// Parses a TOML configuration (see the [module docs](self) for the format).
+    ///
+    /// # Errors
+    /// [`ErrorKind::Config`] naming the field and what was expected.
+    pub fn from_toml_str(text: &str) -> Result<Self, LockError> {
+        parse(text, "<config string>", None)
+    }
+
+    /// Reads and parses a TOML configuration file.
+    ///
+    /// # Errors
+    /// [`ErrorKind::Config`] naming the file, the field and what was expected, also when the file
+    /// cannot be read.
+    pub fn from_file(path: impl AsRef<Path>) -> Result<Self, LockError> {
+        let path = path.as_ref();
+        let text = std::fs::read_to_string(path).map_err(|e| {
+            LockError::config(format!("cannot read lock config {}: {e}", path.display()))
+                .with_source(e)
+        })?;
+        parse(&text, &path.display().to_string(), Some(path.to_path_buf()))
+    }
+
+    /// Sets the key prefix (default `"lock:"`). It must not contain `{` or `}`.
+    pub fn with_prefix(mut self, prefix: impl Into<String>) -> Self {
+        self.prefix = prefix.into();
+        self
+    }
+
+    /// Sets the lease of locks taken without one (default 30 s); they are renewed every third.
+    pub fn with_watchdog_timeout(mut self, timeout: Duration) -> Self {
+        self.watchdog_timeout = timeout;
+        self
+    }
+
+    /// Sets how long annotated fns wait by default (default 3 s).
+    pub fn with_default_wait(mut self, wait: DefaultWait) -> Self {
+        self.default_wait = wait;
+        self
+    }
+
+    /// Sets how long a lock's fencing counter lives without a grant (default 5 minutes, at least
+    /// 1 minute); `None` keeps counters forever.
+    ///
+    /// Tokens are `max(last token + 1, server clock in microseconds)`. The counter only matters
+    /// for grants in the same microsecond and for a server clock that steps back; once it
+    /// expired, the clock alone makes the next token larger than every token issued before, as
+    /// long as the clock of the server granting it (the master, or a promoted replica) never
+    /// reads earlier than it did at the last grant minus this TTL. The TTL bounds what a lock
+    /// leaves on Redis after its last hold: nothing, this long after (`order:<id>` locks for a
+    /// million orders a day leave no keys behind).
+    ///
+    /// ```
+    /// use lock_runtime::LockConfig;
+    /// use std::time::Duration;
+    ///
+    /// let config = LockConfig::single("redis://127.0.0.1:6379")
+    ///     .with_fence_idle_ttl(Some(Duration::from_secs(24 * 3600)));
+    /// assert_eq!(config.fence_idle_ttl(), Some(Duration::from_secs(86_400)));
+    /// ```
+    pub fn with_fence_idle_ttl(mut self, ttl: Option<Duration>) -> Self {
+        self.fence_idle_ttl = ttl;
+        self
+    }
+
+    /// Sets how long connecting may take (default 3 s).
+    pub fn with_connect_timeout(mut self, timeout: Duration) -> Self {
+        self.connect_timeout = timeout;
+        self
+    }
+
+    /// Sets how long one Redis operation may take (default 3 s).
+    pub fn with_response_timeout(mut self, timeout: Duration) -> Self {
+        self.response_timeout = timeout;
+        self
+    }
+
+    /// Requires `replicas` replicas to acknowledge every grant within `timeout` (Redis `WAIT`);
+    /// a grant they do not acknowledge in time is given back and the caller gets
+    /// [`ErrorKind::ReplicaSync`]. 0 (the default) turns it off. Not available in single mode.
+    ///
+    /// This narrows, but does not close, the window in which a failover loses a grant: see the
+    /// crate docs on replication.
+    pub fn with_sync_replicas(mut self, replicas: u32, timeout: Duration) -> Self {
+        self.sync_replicas = replicas;
+        self.sync_timeout = timeout;
+        self
+    }
+
+    /// Sets the ACL user name and password used for every connection.
+    pub fn with_credentials(mut self, username: Option<String>, password: Option<String>) -> Self {
+        self.username = username;
+        self.password = password;
+        self
+    }
+
+    /// Sets the files TLS connections use: a CA and a client certificate (see [`TlsConfig`]).
+    /// TLS is used where the URLs say `rediss://`; with plaintext URLs this is a `Config` error
+    /// at connect. Needs the crate's `tls` feature.
+    pub fn with_tls(mut self, tls: TlsConfig) -> Self {
+        self.tls = Some(tls);
+        self
+    }
+
+    /// The Redis topology.
+    pub fn topology(&self) -> &Topology {
+        &self.topology
+    }
+    /// The ACL user name, if any.
+    pub fn username(&self) -> Option<&str> {
+        self.username.as_deref()
+    }
+    /// The password, if any.
+    pub fn password(&self) -> Option<&str> {
+        self.password.as_deref()
+    }
+    /// The TLS files, if set.
+    pub fn tls(&self) -> Option<&TlsConfig> {
+        self.tls.as_ref()
+    }
+    /// Whether the connections use TLS: the URLs say `rediss://`.
+    pub fn uses_tls(&self) -> bool {
+        self.urls().iter().any(|(_, url)| is_tls_url(url))
+    }
+    /// How long connecting may take.
+    pub fn connect_timeout(&self) -> Duration {
+        self.connect_timeout
+    }
+    /// How long one Redis operation may take.
+    pub fn response_timeout(&self) -> Duration {
+        self.response_timeout
+    }
+    /// How many replicas must acknowledge each grant (0: none).
+    pub fn sync_replicas(&self) -> u32 {
+        self.sync_replicas
+    }
+    /// How long to wait for replica acknowledgements.
+    pub fn sync_timeout(&self) -> Duration {
+        self.sync_timeout
+    }
+    /// The key prefix.
+    pub fn prefix(&self) -> &str {
+        &self.prefix
+    }
+    /// The lease of locks taken without one.
+    pub fn watchdog_timeout(&self) -> Duration {
+        self.watchdog_timeout
+    }
+    /// The default wait of annotated fns.
+    pub fn default_wait(&self) -> DefaultWait {
+        self.default_wait
+    }
+    /// How long a fencing counter lives without a grant (`None`: forever).
+    pub fn fence_idle_ttl(&self) -> Option<Duration> {
+        self.fence_idle_ttl
+    }
+    /// The file this configuration was read from, if any.
+    pub fn source(&self) -> Option<&Path> {
+        self.source.as_deref()
+    }
+
+    pub(crate) fn without_source(mut self) -> Self {
+        self.source = None;
+        self
+    }
+
+    pub(crate) fn origin(&self) -> String {
+        match &self.source {
+            Some(path) => path.display().to_string(),
+            None => "lock config".to_owned(),
+        }
+    }
+}
+
+/// `rediss://...`: a TLS connection.
+pub(crate) fn is_tls_url(url: &str) -> bool {
+    url.trim_start()
+        .get(..9)
+        .is_some_and(|scheme| scheme.eq_ignore_ascii_case("rediss://"))
+}

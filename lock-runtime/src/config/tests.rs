@@ -1,0 +1,231 @@
+use super::file::parse_duration;
+use super::*;
+
+fn err(text: &str) -> String {
+    let e = LockConfig::from_toml_str(text).unwrap_err();
+    assert!(e.is_config(), "{e:?}");
+    e.to_string()
+}
+
+#[test]
+fn parses_single_with_defaults() {
+    let c =
+        LockConfig::from_toml_str("[redis]\nmode = \"single\"\nurl = \"redis://h:1\"\n").unwrap();
+    assert_eq!(
+        c.topology(),
+        &Topology::Single {
+            url: "redis://h:1".into()
+        }
+    );
+    assert_eq!(c.prefix(), "lock:");
+    assert_eq!(c.watchdog_timeout(), Duration::from_secs(30));
+    assert_eq!(c.default_wait(), DefaultWait::For(Duration::from_secs(3)));
+    assert_eq!(c.fence_idle_ttl(), Some(Duration::from_secs(300)));
+}
+
+#[test]
+fn fence_idle_ttl_is_a_duration_or_never() {
+    let base = "[redis]\nmode = \"single\"\nurl = \"x\"\n[lock]\n";
+    let c = LockConfig::from_toml_str(&format!("{base}fence_idle_ttl = \"never\"\n")).unwrap();
+    assert_eq!(c.fence_idle_ttl(), None);
+    let c = LockConfig::from_toml_str(&format!("{base}fence_idle_ttl = \"2h\"\n")).unwrap();
+    assert_eq!(c.fence_idle_ttl(), Some(Duration::from_secs(7200)));
+    let e = err(&format!("{base}fence_idle_ttl = \"10s\"\n"));
+    assert!(
+        e.contains("`lock.fence_idle_ttl`") && e.contains("1m"),
+        "{e}"
+    );
+    let e = err(&format!("{base}fence_idle_ttl = \"soon\"\n"));
+    assert!(
+        e.contains("`lock.fence_idle_ttl`") && e.contains("never"),
+        "{e}"
+    );
+}
+
+#[test]
+fn parses_every_mode() {
+    let c = LockConfig::from_toml_str(
+        "[redis]\nmode = \"cluster\"\nnodes = [\"redis://a:1\", \"redis://b:2\"]\n\
+         [lock]\nprefix = \"p:\"\nwatchdog_timeout = \"9s\"\ndefault_wait = \"forever\"\n",
+    )
+    .unwrap();
+    assert_eq!(c.topology().mode(), "cluster");
+    assert_eq!(c.default_wait(), DefaultWait::Forever);
+    let c = LockConfig::from_toml_str(
+        "[redis]\nmode = \"sentinel\"\nmaster_name = \"m\"\nsentinels = [\"redis://s:1\"]\n",
+    )
+    .unwrap();
+    assert_eq!(c.topology().mode(), "sentinel");
+    let c = LockConfig::from_toml_str(
+        "[redis]\nmode = \"master-slave\"\nmaster = \"redis://m:1\"\nreplicas = [\"redis://r:1\"]\n\
+         response_timeout = \"250ms\"\n",
+    )
+    .unwrap();
+    assert_eq!(c.response_timeout(), Duration::from_millis(250));
+}
+
+#[test]
+fn errors_name_field_and_expectation() {
+    let e = err("[redis]\nmode = \"single\"\n");
+    assert!(e.contains("`redis.url`") && e.contains("requires"), "{e}");
+    let e = err("[redis]\nmode = \"raft\"\nurl = \"x\"\n");
+    assert!(e.contains("`redis.mode`") && e.contains("\"raft\""), "{e}");
+    let e = err("[redis]\nmode = \"single\"\nurl = \"x\"\n[lock]\nwatchdog_timeout = \"30 sec\"\n");
+    assert!(
+        e.contains("`lock.watchdog_timeout`") && e.contains("\"5s\""),
+        "{e}"
+    );
+    assert!(e.contains("line 5"), "{e}");
+    let e = err("[redis]\nmode = \"single\"\nurl = \"x\"\nurll = \"y\"\n");
+    assert!(e.contains("urll") && e.contains("expected one of"), "{e}");
+    let e = err("[redis]\nmode = \"single\"\nurl = \"x\"\nnodes = [\"y\"]\n");
+    assert!(
+        e.contains("`redis.nodes`") && e.contains("does not apply"),
+        "{e}"
+    );
+    let e = err("[redis]\nmode = \"cluster\"\nnodes = []\n");
+    assert!(e.contains("`redis.nodes`"), "{e}");
+    let e = err("[redis]\nmode = \"single\"\nurl = \"x\"\n[lock]\nprefix = \"a{b\"\n");
+    assert!(
+        e.contains("`lock.prefix`") && e.contains("<config string>"),
+        "{e}"
+    );
+    let e = err("redis = 3");
+    assert!(e.contains("`redis`"), "{e}");
+    let e = err("[lock]\nprefix = \"x\"\n");
+    assert!(e.contains("[redis]"), "{e}");
+    let e = err("[redis]\nmode = \"single\"\nurl = \"x\"\nsync_replicas = 1\n");
+    assert!(
+        e.contains("`redis.sync_replicas`") && e.contains("single"),
+        "{e}"
+    );
+    let e = err("[redis]\nmode = \"master-slave\"\nmaster = \"x\"\nsync_replicas = -1\n");
+    assert!(e.contains("`redis.sync_replicas`"), "{e}");
+}
+
+#[test]
+fn file_errors_name_the_file() {
+    let dir = std::env::temp_dir().join(format!("lockcfg-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let path = dir.join("lock.toml");
+    std::fs::write(&path, "[redis]\nmode = \"single\"\n").unwrap();
+    let e = LockConfig::from_file(&path).unwrap_err().to_string();
+    assert!(e.contains("lock.toml") && e.contains("`redis.url`"), "{e}");
+    let e = LockConfig::from_file(dir.join("missing.toml"))
+        .unwrap_err()
+        .to_string();
+    assert!(e.contains("missing.toml"), "{e}");
+    std::fs::remove_dir_all(dir).unwrap();
+}
+
+const TLS_SINGLE: &str = "[redis]\nmode = \"single\"\nurl = \"rediss://h:1\"\n";
+
+#[test]
+fn tls_files_are_read_from_the_table() {
+    let text = format!(
+        "{TLS_SINGLE}[redis.tls]\nca_file = \"/etc/ca.pem\"\ncert_file = \"c.pem\"\n\
+         key_file = \"c.key\"\n"
+    );
+    let parsed = LockConfig::from_toml_str(&text);
+    if !cfg!(feature = "tls") {
+        let e = parsed.unwrap_err().to_string();
+        assert!(
+            e.contains("`tls` feature") && e.contains("`redis.url`"),
+            "{e}"
+        );
+        return;
+    }
+    let c = parsed.unwrap();
+    assert!(c.uses_tls());
+    let tls = c.tls().unwrap();
+    assert_eq!(tls.ca_file(), Some(Path::new("/etc/ca.pem")));
+    // no file: relative to the working directory
+    assert_eq!(tls.cert_file(), Some(Path::new("c.pem")));
+    assert_eq!(tls.key_file(), Some(Path::new("c.key")));
+    // a rediss:// URL alone: the system's roots, no client certificate
+    let c = LockConfig::from_toml_str(TLS_SINGLE).unwrap();
+    assert!(c.uses_tls() && c.tls().is_none());
+}
+
+#[test]
+fn tls_paths_in_a_file_are_relative_to_it() {
+    if !cfg!(feature = "tls") {
+        return;
+    }
+    let dir = std::env::temp_dir().join(format!("lockcfg-tls-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let path = dir.join("lock.toml");
+    std::fs::write(
+        &path,
+        format!("{TLS_SINGLE}[redis.tls]\nca_file = \"certs/ca.pem\"\n"),
+    )
+    .unwrap();
+    let c = LockConfig::from_file(&path).unwrap();
+    assert_eq!(
+        c.tls().unwrap().ca_file(),
+        Some(dir.join("certs/ca.pem").as_path())
+    );
+    std::fs::remove_dir_all(dir).unwrap();
+}
+
+#[test]
+fn tls_mistakes_name_the_field() {
+    let e = err(&format!("{TLS_SINGLE}[redis.tls]\ncert_file = \"c.pem\"\n"));
+    assert!(e.contains("`redis.tls.key_file`"), "{e}");
+    let e = err(&format!("{TLS_SINGLE}[redis.tls]\nkey_file = \"c.key\"\n"));
+    assert!(e.contains("`redis.tls.cert_file`"), "{e}");
+    let e = err(&format!(
+        "{TLS_SINGLE}[redis.tls]\ninsecure_skip_verify = true\n"
+    ));
+    assert!(e.contains("insecure_skip_verify"), "{e}");
+    // TLS files with a plaintext URL: nothing would use them
+    let e =
+        err("[redis]\nmode = \"single\"\nurl = \"redis://h:1\"\n[redis.tls]\nca_file = \"a\"\n");
+    assert!(e.contains("`redis.tls`") && e.contains("rediss://"), "{e}");
+    // one scheme for every URL
+    let e = err("[redis]\nmode = \"cluster\"\nnodes = [\"rediss://a:1\", \"redis://b:2\"]\n");
+    assert!(
+        e.contains("`redis.nodes`") && e.contains("redis://b:2"),
+        "{e}"
+    );
+    // certificate checks are not switched off
+    let e = err("[redis]\nmode = \"single\"\nurl = \"rediss://h:1/#insecure\"\n");
+    assert!(e.contains("#insecure") && e.contains("ca_file"), "{e}");
+    // the builder gets the same checks, at connect
+    let c = LockConfig::single("redis://h:1").with_tls(TlsConfig::new().with_ca_file("a"));
+    assert!(c.validate().unwrap_err().is_config());
+}
+
+#[test]
+fn debug_shows_tls_paths_and_no_secret() {
+    let c = LockConfig::single("rediss://app:url-secret@h:1")
+        .with_credentials(Some("app".into()), Some("pw-secret".into()))
+        .with_tls(
+            TlsConfig::new()
+                .with_ca_file("/etc/lock/ca.pem")
+                .with_client_cert("/etc/lock/client.pem", "/etc/lock/client.key"),
+        );
+    let text = format!("{c:?}");
+    assert!(
+        !text.contains("url-secret") && !text.contains("pw-secret"),
+        "{text}"
+    );
+    for path in [
+        "/etc/lock/ca.pem",
+        "/etc/lock/client.pem",
+        "/etc/lock/client.key",
+    ] {
+        assert!(text.contains(path), "{text}");
+    }
+}
+
+#[test]
+fn durations() {
+    assert_eq!(parse_duration("500ms").unwrap(), Duration::from_millis(500));
+    assert_eq!(parse_duration("2m").unwrap(), Duration::from_secs(120));
+    assert_eq!(parse_duration("7d").unwrap(), Duration::from_secs(604_800));
+    assert!(parse_duration("5").is_err());
+    assert!(parse_duration("ms").is_err());
+    assert!(parse_duration("-1s").is_err());
+    assert!(parse_duration("99999999999999999h").is_err());
+}

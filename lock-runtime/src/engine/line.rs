@@ -1,0 +1,275 @@
+//! The line of waiters per key: joining it, whose turn it is, parking, leaving, and waking
+//! the head.
+
+use std::sync::Arc;
+use std::sync::atomic::Ordering;
+use std::time::Instant;
+
+use tokio::sync::Notify;
+
+use super::holds::{HoldCell, add_hold};
+use super::ids::{GrantId, LockKey, OwnerField};
+use super::kind::Kind;
+use super::local::{KeyState, Local, Orphan, Waiter, WaiterState, wake_front};
+
+/// What a waiter should do next.
+#[derive(Debug, PartialEq, Eq)]
+pub(crate) enum Turn {
+    /// Not at the head, or a hand-off to it is in flight: wait for a wake-up.
+    Wait,
+    /// At the head: try Redis now.
+    Attempt,
+    /// At the head, but another owner of this service holds the lock: its release will hand
+    /// the lock over or wake the head, so Redis need not be asked. Look again at `until`, when
+    /// that hold stops being valid unless it is renewed.
+    Behind { until: Instant },
+    /// The lock was handed over with this token; its lease started no earlier than `since`.
+    Granted { token: u64, since: Instant },
+}
+
+impl Local {
+    /// Puts a new waiter for a hold of `kind` at the end of the line of `key`; its attempts
+    /// carry `grant`.
+    pub(crate) fn enqueue(
+        &self,
+        key: &LockKey,
+        kind: &'static Kind,
+        owner: &OwnerField,
+        grant: &GrantId,
+        lease_ms: u64,
+        watched: bool,
+    ) -> (u64, Arc<Notify>) {
+        let id = self.next_waiter.fetch_add(1, Ordering::Relaxed);
+        let wake = Arc::new(Notify::new());
+        let mut keys = self.lock();
+        let state = keys.entry(key.clone()).or_default();
+        // No wake-up permit for a new head: it attempts before it first waits anyway, and a
+        // stored permit would only make it attempt once more for nothing.
+        state.waiters.push_back(Waiter {
+            id,
+            kind,
+            owner: owner.clone(),
+            grant: grant.clone(),
+            lease_ms,
+            watched,
+            state: WaiterState::Parked,
+            passed: false,
+            granted_at: Instant::now(),
+            wake: wake.clone(),
+        });
+        (id, wake)
+    }
+
+    /// What waiter `id` should do now; marks the head as attempting when it should try Redis.
+    pub(crate) fn turn(&self, key: &str, id: u64) -> Turn {
+        let mut keys = self.lock();
+        let Some(state) = keys.get_mut(key) else {
+            return Turn::Wait;
+        };
+        let Some(i) = state.waiters.iter().position(|w| w.id == id) else {
+            return Turn::Wait;
+        };
+        let w = &state.waiters[i];
+        if let WaiterState::Granted(token) = w.state {
+            return Turn::Granted {
+                token,
+                since: w.granted_at,
+            };
+        }
+        // The head looks; so does a waiter of a joint kind with only such waiters ahead of it
+        // (readers take their shares together, not one round trip after another).
+        let front = i == 0
+            || (w.kind.joint && state.waiters.iter().take(i).all(|a| a.kind.joint))
+            || state.waiters.iter().take(i).all(|a| a.passed);
+        if !front {
+            return Turn::Wait;
+        }
+        let now = Instant::now();
+        match w.state {
+            WaiterState::Parked => {
+                let behind = state
+                    .holds
+                    .iter()
+                    .filter(|h| h.live(now) && h.blocks(&w.owner, w.kind.shared))
+                    .map(|h| h.cell.valid_until())
+                    .max();
+                match behind {
+                    Some(until) => Turn::Behind { until },
+                    None => {
+                        state.waiters[i].state = WaiterState::Attempting;
+                        state.waiters[i].passed = false;
+                        Turn::Attempt
+                    }
+                }
+            }
+            WaiterState::Attempting => Turn::Attempt,
+            WaiterState::Reserved | WaiterState::Granted(_) => Turn::Wait,
+        }
+    }
+
+    /// The head's attempt failed (lock held elsewhere): park it so releases can hand off to it.
+    ///
+    /// `room`: the kind said a smaller request might be granted now (a semaphore with permits
+    /// free, but too few for this waiter): the waiter lets the one behind it try, and so on.
+    pub(crate) fn park(&self, key: &str, id: u64, room: bool) {
+        let mut keys = self.lock();
+        let Some(state) = keys.get_mut(key) else {
+            return;
+        };
+        let Some(i) = state.waiters.iter().position(|w| w.id == id) else {
+            return;
+        };
+        let w = &mut state.waiters[i];
+        if w.state == WaiterState::Attempting {
+            w.state = WaiterState::Parked;
+            w.passed = room;
+            if room && let Some(next) = state.waiters.get(i + 1) {
+                next.wake.notify_one();
+            }
+        }
+    }
+
+    /// Waiter `id` got the lock (by its own attempt sent at `sent`, or a hand-off): leave the
+    /// line, register the hold unless a hand-off already did, and wake the next head.
+    pub(crate) fn leave_granted(&self, key: &LockKey, id: u64, sent: Instant) -> Arc<HoldCell> {
+        let mut keys = self.lock();
+        let state = keys.entry(key.clone()).or_default();
+        match remove_waiter(state, id) {
+            Some(w) if matches!(w.state, WaiterState::Granted(_)) => {
+                match state.holds.iter().find(|h| h.grant == w.grant) {
+                    Some(hold) => hold.cell.clone(),
+                    None => add_hold(
+                        &mut state.holds,
+                        w.kind,
+                        &w.owner,
+                        &w.grant,
+                        w.watched,
+                        sent,
+                        w.lease_ms,
+                    ),
+                }
+            }
+            Some(w) => add_hold(
+                &mut state.holds,
+                w.kind,
+                &w.owner,
+                &w.grant,
+                w.watched,
+                sent,
+                w.lease_ms,
+            ),
+            // not in line (cannot happen): a hold that is already lost
+            None => {
+                let cell = HoldCell::new(sent);
+                cell.lost.cancel();
+                cell
+            }
+        }
+    }
+
+    /// Waiter `id` gives up (timeout, error, cancellation). If a hand-off had already reached
+    /// it, returns the grant to give back (its hold is already dropped). The second value says
+    /// whether the line is empty now (the service waits no more).
+    pub(crate) fn leave(&self, key: &str, id: u64) -> (Option<Orphan>, bool) {
+        let mut keys = self.lock();
+        let Some(state) = keys.get_mut(key) else {
+            return (None, false);
+        };
+        let Some(waiter) = remove_waiter(state, id) else {
+            return (None, false);
+        };
+        let orphan = match waiter.state {
+            WaiterState::Granted(_) => {
+                if let Some(i) = state.holds.iter().position(|h| h.grant == waiter.grant) {
+                    state.holds.swap_remove(i).cell.lost.cancel();
+                }
+                Some(Orphan {
+                    owner: waiter.owner,
+                    grant: waiter.grant,
+                })
+            }
+            _ => None,
+        };
+        let line_empty = state.waiters.is_empty();
+        if state.is_idle() {
+            keys.remove(key);
+        }
+        (orphan, line_empty)
+    }
+
+    /// Wakes the head waiter of `key`.
+    pub(crate) fn wake_head(&self, key: &str) {
+        if let Some(state) = self.lock().get(key) {
+            wake_front(state);
+        }
+    }
+
+    /// Notes that the next turn of `key` went to another service, while someone here waits
+    /// for it. Returns whether the caller must start a timer (none runs for `key` yet) that
+    /// calls [`turn_watch_fired`](Self::turn_watch_fired) once that turn can have run out.
+    ///
+    /// The turns that go elsewhere while the timer runs start no timer of their own: the head
+    /// looks again once per turn length at most, not once per release of the other services
+    /// (which under steady contention asked Redis in vain at every one of them). It does look
+    /// that often: a service whose registration as waiting was lost (a failover that dropped
+    /// the last writes) gets no message of its own until it registers again.
+    pub(crate) fn watch_turn(&self, key: &str) -> bool {
+        let mut keys = self.lock();
+        let Some(state) = keys.get_mut(key).filter(|s| !s.waiters.is_empty()) else {
+            return false;
+        };
+        !std::mem::replace(&mut state.turn_watch.armed, true)
+    }
+
+    /// The turn timer of `key` fired: the turn it watched ran out or was claimed (and its hold
+    /// is what the head now waits for). Wakes the head, which asks Redis.
+    pub(crate) fn turn_watch_fired(&self, key: &str) {
+        if let Some(state) = self.lock().get_mut(key) {
+            state.turn_watch.armed = false;
+            wake_front(state);
+        }
+    }
+
+    /// Wakes every head waiter (the subscriber reconnected and may have missed messages).
+    pub(crate) fn wake_all_heads(&self) {
+        for state in self.lock().values() {
+            wake_front(state);
+        }
+    }
+
+    /// The keys someone in this process waits for.
+    pub(crate) fn waited_keys(&self) -> Vec<LockKey> {
+        self.lock()
+            .iter()
+            .filter(|(_, state)| !state.waiters.is_empty())
+            .map(|(key, _)| key.clone())
+            .collect()
+    }
+
+    /// How many callers of this service wait in line for `key`.
+    pub(crate) fn waiter_count(&self, key: &str) -> usize {
+        self.lock().get(key).map_or(0, |s| s.waiters.len())
+    }
+
+    /// How many callers of this service wait in line for a hold of `kind` of `key`.
+    pub(crate) fn waiters_of(&self, key: &str, kind: &Kind) -> usize {
+        self.lock()
+            .get(key)
+            .map_or(0, |s| s.waiters.iter().filter(|w| w.kind == kind).count())
+    }
+
+    /// Whether anyone in this process waits for `key`.
+    pub(crate) fn has_waiters(&self, key: &str) -> bool {
+        self.lock().get(key).is_some_and(|s| !s.waiters.is_empty())
+    }
+}
+
+/// Removes waiter `id`; when it was the head, wakes the new head.
+fn remove_waiter(state: &mut KeyState, id: u64) -> Option<Waiter> {
+    let i = state.waiters.iter().position(|w| w.id == id)?;
+    let waiter = state.waiters.remove(i)?;
+    if i == 0 {
+        wake_front(state);
+    }
+    Some(waiter)
+}
