@@ -87,9 +87,15 @@ enum Command {
         #[arg(long, default_value = console::DEFAULT_LISTEN)]
         listen: std::net::SocketAddr,
         /// Offer force-unlock in the console (behind a confirmation); without it the unlock
-        /// endpoint answers 403
+        /// endpoint answers 403. Only on a trusted network: whoever reaches the console can
+        /// unlock
         #[arg(long)]
         allow_unlock: bool,
+        /// Also answer requests naming the console by this host name (a DNS name of the
+        /// machine, a reverse proxy's name); without PORT on any port; repeatable. Besides
+        /// these the console answers only to localhost, 127.0.0.1, [::1] and its own address
+        #[arg(long = "allow-host", value_name = "NAME[:PORT]", value_parser = console::parse_allowed_host)]
+        allow_host: Vec<console::AllowedHost>,
         /// Only keys matching this glob
         pattern: Option<String>,
         /// Time between refreshes, e.g. 500ms, 2s
@@ -221,12 +227,14 @@ async fn run(cli: Cli) -> Result<(), Failure> {
         Command::Serve {
             listen,
             allow_unlock,
+            allow_host,
             pattern,
             interval,
         } => {
             let options = console::Options {
                 listen,
                 allow_unlock,
+                allow_hosts: allow_host,
                 pattern,
                 interval,
             };
