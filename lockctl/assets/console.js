@@ -9,6 +9,8 @@ let pollMs = 1000;
 let lastOk = 0;
 let allowUnlock = false;
 let pending = null; // {kind, key} waiting for confirmation
+// the console puts a token into its page; an unlock without it is refused
+const unlockToken = () => document.querySelector('meta[name="lockctl-token"]')?.content || "";
 
 function el(tag, className, text) {
   const node = document.createElement(tag);
@@ -187,7 +189,7 @@ async function unlockConfirmed() {
   try {
     const response = await fetch("/api/unlock", {
       method: "POST",
-      headers: { "Content-Type": "application/json" },
+      headers: { "Content-Type": "application/json", "X-Lockctl-Token": unlockToken() },
       body: JSON.stringify(target),
     });
     const answer = await response.json().catch(() => ({}));

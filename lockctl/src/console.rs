@@ -6,21 +6,33 @@
 //! counts the leases down between polls. `POST /api/unlock` force-unlocks a lock when the
 //! console was started with `--allow-unlock`, and answers 403 otherwise.
 //!
-//! The console has no login: it binds to loopback unless told otherwise, answers only requests
-//! whose `Host` is the loopback address it listens on (no DNS rebinding) when it does, and takes
-//! an unlock only as a JSON body from its own origin (no cross-site form posts).
+//! The console has no login. What keeps other sites' pages out of it, on whatever address it
+//! listens:
+//!
+//! * it answers only requests whose `Host` names it: a loopback name (`localhost`,
+//!   `127.0.0.1`, `[::1]`), the address it listens on or the one the connection reached (an IP
+//!   literal), with its port, or a name given with `--allow-host NAME[:PORT]`; anything else
+//!   gets 421. A page of another site whose host name was rebound to the console's address
+//!   (DNS rebinding) sends its own name, so it can neither read the locks nor unlock one;
+//! * a request that says where it comes from (`Origin`) must come from one of those names
+//!   (403 otherwise);
+//! * an unlock must carry the token embedded in the page (`X-Lockctl-Token`, random for each
+//!   start of the console, compared in constant time; 403 without it), so only the console's
+//!   own page, as served to a browser that could read it, unlocks.
 
 use std::collections::{HashMap, VecDeque};
-use std::net::SocketAddr;
+use std::net::{IpAddr, SocketAddr};
 use std::sync::{Arc, Mutex, MutexGuard};
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
 use axum::Router;
+use axum::extract::connect_info::{ConnectInfo, Connected};
 use axum::extract::{Json, Request, State};
 use axum::http::{HeaderMap, HeaderValue, StatusCode, header};
 use axum::middleware::{self, Next};
 use axum::response::{IntoResponse, Response};
 use axum::routing::{get, post};
+use axum::serve::IncomingStream;
 use lock_runtime::{HoldMode, LockInfo, LockKind, LockService};
 use serde_json::{Value, json};
 
@@ -41,10 +53,99 @@ const CSP: &str = "default-src 'none'; script-src 'self'; style-src 'self'; conn
                    img-src 'self' data:; base-uri 'none'; form-action 'none'; \
                    frame-ancestors 'none'";
 
+/// The header by which the page sends its unlock token.
+const TOKEN_HEADER: &str = "x-lockctl-token";
+
+/// Where the page template takes the token.
+const TOKEN_SLOT: &str = "{{unlock-token}}";
+
+/// A host name (or IP literal) the console answers to besides its own addresses:
+/// `--allow-host NAME[:PORT]`.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub(crate) struct AllowedHost {
+    /// Lowercase; an IPv6 literal in brackets.
+    name: String,
+    /// `None`: any port (and none).
+    port: Option<u16>,
+}
+
+/// Parses `--allow-host`: `NAME`, `NAME:PORT`, `[IPV6]`, `[IPV6]:PORT`.
+pub(crate) fn parse_allowed_host(text: &str) -> Result<AllowedHost, String> {
+    let (name, port) = split_host(text).ok_or_else(|| {
+        format!("{text:?} is not a host name with an optional port, like locks.example:7373")
+    })?;
+    Ok(AllowedHost { name, port })
+}
+
+/// A `Host` header (or the host part of an `Origin`): its lowercase name (an IPv6 literal in
+/// brackets) and port; `None` when it is no host name.
+fn split_host(text: &str) -> Option<(String, Option<u16>)> {
+    let (name, port) = if let Some(rest) = text.strip_prefix('[') {
+        let (inside, after) = rest.split_once(']')?;
+        inside.parse::<std::net::Ipv6Addr>().ok()?;
+        let port = match after {
+            "" => None,
+            after => Some(after.strip_prefix(':')?),
+        };
+        (format!("[{inside}]"), port)
+    } else {
+        match text.split_once(':') {
+            Some((name, port)) => (name.to_owned(), Some(port)),
+            None => (text.to_owned(), None),
+        }
+    };
+    let port = match port {
+        Some(port) => Some(port.parse::<u16>().ok()?),
+        None => None,
+    };
+    let plain = |c: char| c.is_ascii_alphanumeric() || c == '-' || c == '.' || c == '_';
+    if name.is_empty() || !(name.starts_with('[') || name.chars().all(plain)) {
+        return None;
+    }
+    Some((name.to_ascii_lowercase(), port))
+}
+
+/// `ip` as a `Host` names it: `10.0.0.5`, `[fe80::1]`.
+fn host_name(ip: IpAddr) -> String {
+    match ip.to_canonical() {
+        IpAddr::V4(v4) => v4.to_string(),
+        IpAddr::V6(v6) => format!("[{v6}]"),
+    }
+}
+
+/// The local address a connection reached (an unspecified `--listen` address serves several).
+#[derive(Debug, Clone, Copy)]
+struct LocalAddr(Option<SocketAddr>);
+
+impl Connected<IncomingStream<'_, tokio::net::TcpListener>> for LocalAddr {
+    fn connect_info(stream: IncomingStream<'_, tokio::net::TcpListener>) -> Self {
+        LocalAddr(stream.io().local_addr().ok())
+    }
+}
+
+/// Compares a token with the console's in time that depends only on their lengths.
+fn same_token(given: &[u8], token: &[u8]) -> bool {
+    if given.len() != token.len() {
+        return false;
+    }
+    let differ = given
+        .iter()
+        .zip(token)
+        .fold(0u8, |acc, (a, b)| std::hint::black_box(acc | (a ^ b)));
+    differ == 0
+}
+
+/// A random token of 32 bytes, in hex.
+fn new_token() -> String {
+    let bytes: [u8; 32] = rand::random();
+    bytes.iter().map(|b| format!("{b:02x}")).collect()
+}
+
 #[derive(Debug)]
 pub(crate) struct Options {
     pub(crate) listen: SocketAddr,
     pub(crate) allow_unlock: bool,
+    pub(crate) allow_hosts: Vec<AllowedHost>,
     pub(crate) pattern: Option<String>,
     pub(crate) interval: Duration,
 }
@@ -54,6 +155,10 @@ struct Console {
     options: Options,
     /// The address bound (the port is the OS's when `--listen` gave port 0).
     bound: SocketAddr,
+    /// What an unlock must carry in [`TOKEN_HEADER`]; embedded in the page.
+    token: String,
+    /// The page, with the token.
+    page: String,
     snapshot: Mutex<Snapshot>,
     /// Wakes the refresher early (after an unlock).
     refresh: tokio::sync::Notify,
@@ -76,6 +181,30 @@ impl Console {
     fn snapshot(&self) -> MutexGuard<'_, Snapshot> {
         self.snapshot.lock().unwrap_or_else(|e| e.into_inner())
     }
+
+    /// Whether a `Host` header (or an origin's host) names this console: a loopback name or
+    /// the address listened on or reached (`local`), with the console's port (none for port
+    /// 80), or a name of `--allow-host`.
+    fn answers_to(&self, host: &str, local: Option<SocketAddr>) -> bool {
+        let Some((name, port)) = split_host(host) else {
+            return false;
+        };
+        let own_port = self.bound.port();
+        let own = port == Some(own_port) || (port.is_none() && own_port == 80);
+        let mut addresses = vec![self.bound.ip()];
+        addresses.extend(local.map(|l| l.ip()));
+        let own_name = ["localhost", "127.0.0.1", "[::1]"].contains(&name.as_str())
+            || addresses
+                .iter()
+                .any(|ip| !ip.is_unspecified() && host_name(*ip) == name);
+        if own && own_name {
+            return true;
+        }
+        self.options
+            .allow_hosts
+            .iter()
+            .any(|a| a.name == name && (a.port.is_none() || a.port == port))
+    }
 }
 
 fn now_ms() -> u64 {
@@ -95,7 +224,8 @@ pub(crate) async fn serve(locks: LockService, options: Options) -> Result<(), Fa
     if !bound.ip().is_loopback() {
         eprintln!(
             "lockctl: warning: the console listens on {bound}, not on loopback: whoever can \
-             reach it sees every lock and holder{}",
+             reach it sees every lock and holder{}; it answers to its IP addresses and the \
+             names given with --allow-host",
             if options.allow_unlock {
                 " and can force-unlock them"
             } else {
@@ -103,6 +233,8 @@ pub(crate) async fn serve(locks: LockService, options: Options) -> Result<(), Fa
             }
         );
     }
+    let token = new_token();
+    let page = INDEX_HTML.replace(TOKEN_SLOT, &token);
     println!(
         "lockctl console on http://{bound}/ (redis {}, prefix {:?}, force-unlock {})",
         locks.config().topology().mode(),
@@ -113,6 +245,8 @@ pub(crate) async fn serve(locks: LockService, options: Options) -> Result<(), Fa
         locks,
         options,
         bound,
+        token,
+        page,
         snapshot: Mutex::new(Snapshot::default()),
         refresh: tokio::sync::Notify::new(),
     });
@@ -126,12 +260,15 @@ pub(crate) async fn serve(locks: LockService, options: Options) -> Result<(), Fa
         .route("/api/unlock", post(unlock))
         .layer(middleware::from_fn_with_state(console.clone(), guard))
         .with_state(console);
-    axum::serve(listener, app)
-        .with_graceful_shutdown(async {
-            let _ = tokio::signal::ctrl_c().await;
-        })
-        .await
-        .map_err(|e| Failure::Usage(format!("the console stopped: {e}")))
+    axum::serve(
+        listener,
+        app.into_make_service_with_connect_info::<LocalAddr>(),
+    )
+    .with_graceful_shutdown(async {
+        let _ = tokio::signal::ctrl_c().await;
+    })
+    .await
+    .map_err(|e| Failure::Usage(format!("the console stopped: {e}")))
 }
 
 async fn refresher(console: std::sync::Weak<Console>) {
@@ -232,25 +369,40 @@ fn changes(
     events
 }
 
-/// Refuses requests whose `Host` is not the loopback address the console listens on (a page
-/// of another site that points a host name at 127.0.0.1 must not read the locks), and sets
-/// the security headers of every answer.
+/// Refuses requests whose `Host` does not name the console (421: a page of another site that
+/// points its host name at the console's address must not read the locks) or whose `Origin`
+/// is another site (403), and sets the security headers of every answer.
 async fn guard(State(console): State<Arc<Console>>, request: Request, next: Next) -> Response {
-    if console.bound.ip().is_loopback() {
-        let host = request
-            .headers()
-            .get(header::HOST)
-            .and_then(|h| h.to_str().ok())
-            .unwrap_or("");
-        let port = console.bound.port();
-        let allowed = [
-            format!("127.0.0.1:{port}"),
-            format!("localhost:{port}"),
-            format!("[::1]:{port}"),
-            console.bound.to_string(),
-        ];
-        if !allowed.iter().any(|a| a.eq_ignore_ascii_case(host)) {
-            return (StatusCode::FORBIDDEN, "unexpected Host header\n").into_response();
+    let local = request
+        .extensions()
+        .get::<ConnectInfo<LocalAddr>>()
+        .and_then(|c| c.0.0);
+    let headers = request.headers();
+    let host = headers.get(header::HOST).and_then(|h| h.to_str().ok());
+    if !host.is_some_and(|host| console.answers_to(host, local)) {
+        let message = format!(
+            "misdirected request: the Host header ({}) does not name this console; it answers \
+             to localhost, 127.0.0.1, [::1] and its own address with its port, and to the \
+             names given with `lockctl serve --allow-host NAME[:PORT]`\n",
+            host.map_or_else(|| "none".to_owned(), |h| format!("{h:?}"))
+        );
+        return (StatusCode::MISDIRECTED_REQUEST, message).into_response();
+    }
+    if let Some(origin) = headers.get(header::ORIGIN) {
+        let named = origin
+            .to_str()
+            .ok()
+            .and_then(|o| {
+                o.strip_prefix("http://")
+                    .or_else(|| o.strip_prefix("https://"))
+            })
+            .is_some_and(|host| console.answers_to(host, local));
+        if !named {
+            let message = format!(
+                "forbidden: requests from the origin {origin:?} are refused; the console takes \
+                 them only from its own page\n"
+            );
+            return (StatusCode::FORBIDDEN, message).into_response();
         }
     }
     let mut response = next.run(request).await;
@@ -275,8 +427,12 @@ fn asset(content_type: &'static str, body: &'static str) -> Response {
     ([(header::CONTENT_TYPE, content_type)], body).into_response()
 }
 
-async fn index() -> Response {
-    asset("text/html; charset=utf-8", INDEX_HTML)
+async fn index(State(console): State<Arc<Console>>) -> Response {
+    (
+        [(header::CONTENT_TYPE, "text/html; charset=utf-8")],
+        console.page.clone(),
+    )
+        .into_response()
 }
 
 async fn script() -> Response {
@@ -319,19 +475,15 @@ async fn unlock(
             "force-unlock is off: start the console with `lockctl serve --allow-unlock`".into(),
         );
     }
-    // a JSON body already needs a CORS preflight from another origin; a browser also says
-    // where the request comes from
-    if let Some(origin) = headers.get(header::ORIGIN).and_then(|o| o.to_str().ok()) {
-        let host = headers
-            .get(header::HOST)
-            .and_then(|h| h.to_str().ok())
-            .unwrap_or("");
-        if origin != format!("http://{host}") {
-            return refuse(
-                StatusCode::FORBIDDEN,
-                format!("unlock refused from origin {origin}"),
-            );
-        }
+    // Host and Origin were checked by the guard; only the console's page knows the token
+    let token = headers.get(TOKEN_HEADER).map(|t| t.as_bytes());
+    if !token.is_some_and(|t| same_token(t, console.token.as_bytes())) {
+        return refuse(
+            StatusCode::FORBIDDEN,
+            "unlock refused: the unlock token of the console's page is missing or wrong \
+             (header X-Lockctl-Token; reload the page after the console restarted)"
+                .into(),
+        );
     }
     let (Some(kind), Some(key)) = (
         body.get("kind").and_then(Value::as_str),
@@ -373,6 +525,45 @@ async fn unlock(
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn host_names() {
+        let parsed = |s: &str| split_host(s);
+        assert_eq!(
+            parsed("Locks.Example:80"),
+            Some(("locks.example".into(), Some(80)))
+        );
+        assert_eq!(parsed("localhost"), Some(("localhost".into(), None)));
+        assert_eq!(parsed("[::1]:7373"), Some(("[::1]".into(), Some(7373))));
+        assert_eq!(parsed("[::1]"), Some(("[::1]".into(), None)));
+        for bad in [
+            "", ":80", "a:b", "a:1:2", "::1", "[::1", "[x]:1", "a/b", "a b", "a:",
+        ] {
+            assert_eq!(parsed(bad), None, "{bad}");
+        }
+        assert!(parse_allowed_host("http://x").is_err());
+        assert_eq!(
+            parse_allowed_host("Proxy.Example:8443"),
+            Ok(AllowedHost {
+                name: "proxy.example".into(),
+                port: Some(8443)
+            })
+        );
+    }
+
+    #[test]
+    fn tokens() {
+        let token = new_token();
+        assert_eq!(token.len(), 64);
+        assert_ne!(token, new_token());
+        assert!(same_token(token.as_bytes(), token.as_bytes()));
+        assert!(!same_token(b"", token.as_bytes()));
+        assert!(!same_token(&token.as_bytes()[1..], token.as_bytes()));
+        let mut other = token.clone().into_bytes();
+        other[63] ^= 1;
+        assert!(!same_token(&other, token.as_bytes()));
+        assert!(INDEX_HTML.contains(TOKEN_SLOT));
+    }
 
     #[test]
     fn the_assets_load_nothing_from_elsewhere() {

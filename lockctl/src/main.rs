@@ -87,9 +87,15 @@ enum Command {
         #[arg(long, default_value = console::DEFAULT_LISTEN)]
         listen: std::net::SocketAddr,
         /// Offer force-unlock in the console (behind a confirmation); without it the unlock
-        /// endpoint answers 403
+        /// endpoint answers 403. Only on a trusted network: whoever reaches the console can
+        /// unlock
         #[arg(long)]
         allow_unlock: bool,
+        /// Also answer requests naming the console by this host name (a DNS name of the
+        /// machine, a reverse proxy's name); without PORT on any port; repeatable. Besides
+        /// these the console answers only to localhost, 127.0.0.1, [::1] and its own address
+        #[arg(long = "allow-host", value_name = "NAME[:PORT]", value_parser = console::parse_allowed_host)]
+        allow_host: Vec<console::AllowedHost>,
         /// Only keys matching this glob
         pattern: Option<String>,
         /// Time between refreshes, e.g. 500ms, 2s
@@ -122,7 +128,8 @@ fn parse_kind(text: &str) -> Result<LockKind, String> {
 enum Failure {
     /// 1: nothing found or removed; the message was printed.
     NotFound,
-    /// 2: a usage or configuration mistake.
+    /// 2: a usage or configuration mistake; printed through `render::text` (it may name a
+    /// key).
     Usage(String),
     /// A library error: 2 or 3 by its kind.
     Lock(LockError),
@@ -168,8 +175,8 @@ fn main() -> ExitCode {
         Err(failure) => {
             match &failure {
                 Failure::NotFound => {}
-                Failure::Usage(message) => eprintln!("lockctl: {message}"),
-                Failure::Lock(e) => eprintln!("lockctl: {e}"),
+                Failure::Usage(message) => eprintln!("lockctl: {}", render::text(message)),
+                Failure::Lock(e) => eprintln!("lockctl: {}", render::message(&e.to_string())),
             }
             ExitCode::from(failure.exit_code())
         }
@@ -220,12 +227,14 @@ async fn run(cli: Cli) -> Result<(), Failure> {
         Command::Serve {
             listen,
             allow_unlock,
+            allow_host,
             pattern,
             interval,
         } => {
             let options = console::Options {
                 listen,
                 allow_unlock,
+                allow_hosts: allow_host,
                 pattern,
                 interval,
             };
@@ -262,6 +271,7 @@ async fn show(
     json: bool,
 ) -> Result<(), Failure> {
     let found = find(locks, key, kind).await?;
+    let shown = render::text(key);
     let mut out = String::new();
     for info in &found {
         if json {
@@ -277,10 +287,10 @@ async fn show(
     }
     if !json {
         match kind {
-            Some(kind) => println!("{} `{key}` is not held", render::noun(kind)),
+            Some(kind) => println!("{} `{shown}` is not held", render::noun(kind)),
             None => println!(
-                "no lock `{key}` is held (looked at the mutex, the read-write lock and the \
-                 semaphore `{key}`)"
+                "no lock `{shown}` is held (looked at the mutex, the read-write lock and the \
+                 semaphore `{shown}`)"
             ),
         }
     }
@@ -310,7 +320,7 @@ async fn watch(
                 render::table(&list)
             ),
             // a watch outlives a failover or a restart of Redis: say so and keep going
-            Err(e) => format!("error: {e}\n"),
+            Err(e) => format!("error: {}\n", render::message(&e.to_string())),
         };
         let header = format!(
             "lockctl watch: {} at {} UTC, every {} (Ctrl-C to stop)",
@@ -337,16 +347,17 @@ async fn unlock(
         .into_iter()
         .filter(LockInfo::is_held)
         .collect();
+    let shown = render::text(key);
     let target = match &found[..] {
         [] => {
             match kind {
                 Some(kind) => {
                     println!(
-                        "nothing removed: {} `{key}` is not held",
+                        "nothing removed: {} `{shown}` is not held",
                         render::noun(kind)
                     )
                 }
-                None => println!("nothing removed: no lock `{key}` is held"),
+                None => println!("nothing removed: no lock `{shown}` is held"),
             }
             return Err(Failure::NotFound);
         }
@@ -369,7 +380,7 @@ async fn unlock(
         }
         print!("{}", render::detail(target));
         print!(
-            "Force-unlock the {} `{key}`? Its holders lose it. [y/N] ",
+            "Force-unlock the {} `{shown}`? Its holders lose it. [y/N] ",
             render::noun(target.kind)
         );
         let _ = std::io::stdout().flush();
@@ -387,7 +398,7 @@ async fn unlock(
         }
         None => {
             println!(
-                "nothing removed: the {} `{key}` was released meanwhile",
+                "nothing removed: the {} `{shown}` was released meanwhile",
                 render::noun(target.kind)
             );
             Err(Failure::NotFound)

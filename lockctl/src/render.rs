@@ -1,10 +1,60 @@
 //! Text and JSON forms of the locks.
+//!
+//! Keys, owners, request ids and process ids come from request input by way of Redis: every
+//! text form passes them through [`text`], so that a key cannot drive the terminal (escape
+//! sequences that set its title, clear it or colour it), forge a row with a newline, or
+//! reorder what follows it with a bidi override. The JSON forms need nothing: JSON escapes
+//! control characters itself.
 
+use std::borrow::Cow;
 use std::fmt::Write;
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
 use lock_runtime::{Holder, LockInfo, LockKind};
 use serde_json::{Value, json};
+
+/// Whether `c` must not reach a terminal as it is: control characters (C0, DEL, C1), the
+/// bidi embeddings, overrides, isolates and marks, and the Unicode line and paragraph
+/// separators.
+fn escaped(c: char) -> bool {
+    c.is_control()
+        || matches!(
+            c,
+            '\u{061c}' | '\u{200e}' | '\u{200f}' | '\u{2028}' | '\u{2029}'
+                | '\u{202a}'..='\u{202e}' | '\u{2066}'..='\u{2069}'
+        )
+}
+
+/// `s` as it may be printed: the characters above escaped visibly (`\x1b`, `\n`, `\t`,
+/// `\u{202e}`), and a backslash doubled so that an escape never reads as text of the key.
+/// Every text output of text from Redis (or typed by the user) goes through here.
+pub(crate) fn text(s: &str) -> Cow<'_, str> {
+    if !s.chars().any(|c| c == '\\' || escaped(c)) {
+        return Cow::Borrowed(s);
+    }
+    let mut out = String::with_capacity(s.len() + 8);
+    for c in s.chars() {
+        match c {
+            '\\' => out.push_str("\\\\"),
+            '\n' => out.push_str("\\n"),
+            '\r' => out.push_str("\\r"),
+            '\t' => out.push_str("\\t"),
+            c if escaped(c) && (c as u32) < 0x80 => {
+                let _ = write!(out, "\\x{:02x}", c as u32);
+            }
+            c if escaped(c) => {
+                let _ = write!(out, "\\u{{{:x}}}", c as u32);
+            }
+            c => out.push(c),
+        }
+    }
+    Cow::Owned(out)
+}
+
+/// A message of several lines (an error): each line through [`text`].
+pub(crate) fn message(s: &str) -> String {
+    s.lines().map(text).collect::<Vec<_>>().join("\n")
+}
 
 /// What a lock of `kind` is called in sentences: `mutex`, `read-write lock`, `semaphore`.
 pub(crate) fn noun(kind: LockKind) -> &'static str {
@@ -63,8 +113,8 @@ fn holder_label(info: &LockInfo) -> String {
         return "-".to_owned();
     };
     let mut label = match info.kind {
-        LockKind::ReadWrite => format!("{}:{}", first.mode, first.owner),
-        _ => first.owner.clone(),
+        LockKind::ReadWrite => format!("{}:{}", first.mode, text(&first.owner)),
+        _ => text(&first.owner).into_owned(),
     };
     if info.holders.len() > 1 {
         let _ = write!(label, " +{}", info.holders.len() - 1);
@@ -86,12 +136,12 @@ pub(crate) fn table(locks: &[LockInfo]) -> String {
         .map(|info| {
             let first = info.holders.first();
             [
-                info.key.clone(),
+                text(&info.key).into_owned(),
                 kind_label(info),
                 holder_label(info),
                 first
-                    .and_then(|h| h.request_id.clone())
-                    .unwrap_or_else(|| "-".to_owned()),
+                    .and_then(|h| h.request_id.as_deref())
+                    .map_or_else(|| "-".to_owned(), |r| text(r).into_owned()),
                 info.hold_count.to_string(),
                 lease(first.and_then(|h| h.lease_left)),
                 info.fence.map_or_else(|| "-".to_owned(), |f| f.to_string()),
@@ -122,7 +172,7 @@ pub(crate) fn table(locks: &[LockInfo]) -> String {
 }
 
 fn holder_line(h: &Holder) -> String {
-    let mut line = format!("{} {}", h.mode, h.owner);
+    let mut line = format!("{} {}", h.mode, text(&h.owner));
     if let Some(permits) = h.permits {
         let _ = write!(
             line,
@@ -132,7 +182,7 @@ fn holder_line(h: &Holder) -> String {
     }
     match &h.request_id {
         Some(request) => {
-            let _ = write!(line, ", request {request}");
+            let _ = write!(line, ", request {}", text(request));
         }
         None => line.push_str(", no request id"),
     }
@@ -140,7 +190,7 @@ fn holder_line(h: &Holder) -> String {
     let _ = write!(line, ", lease left {}", lease(h.lease_left));
     match &h.instance {
         Some(instance) => {
-            let _ = write!(line, ", process {instance}");
+            let _ = write!(line, ", process {}", text(instance));
         }
         None => line.push_str(", owner across processes"),
     }
@@ -149,7 +199,12 @@ fn holder_line(h: &Holder) -> String {
 
 /// Everything known about one lock, a few lines.
 pub(crate) fn detail(info: &LockInfo) -> String {
-    let mut out = format!("{} `{}` ({})\n", noun(info.kind), info.key, info.redis_key);
+    let mut out = format!(
+        "{} `{}` ({})\n",
+        noun(info.kind),
+        text(&info.key),
+        text(&info.redis_key)
+    );
     let state = if info.is_held() { "held" } else { "free" };
     let _ = writeln!(out, "  state:          {state}");
     if let Some(permits) = info.permits {
@@ -182,8 +237,8 @@ pub(crate) fn removed(info: &LockInfo) -> String {
     let mut out = format!(
         "removed {} `{}` ({}), held by {} holder{}:\n",
         noun(info.kind),
-        info.key,
-        info.redis_key,
+        text(&info.key),
+        text(&info.redis_key),
         info.holders.len(),
         if info.holders.len() == 1 { "" } else { "s" }
     );
@@ -252,6 +307,18 @@ mod tests {
             clock(UNIX_EPOCH + Duration::from_secs(3600 * 25 + 61)),
             "01:01:01"
         );
+    }
+
+    #[test]
+    fn text_escapes_what_drives_a_terminal() {
+        assert!(matches!(text("goods:42"), Cow::Borrowed("goods:42")));
+        assert_eq!(text("a\x1b]0;t\x07b"), "a\\x1b]0;t\\x07b");
+        assert_eq!(text("a\nb\r\t"), "a\\nb\\r\\t");
+        assert_eq!(text("\x7f\u{9b}"), "\\x7f\\u{9b}");
+        assert_eq!(text("\u{202e}fdp.exe\u{2066}"), "\\u{202e}fdp.exe\\u{2066}");
+        assert_eq!(text("c:\\x1b"), "c:\\\\x1b");
+        assert_eq!(text("ключ:7"), "ключ:7");
+        assert_eq!(message("one\ntwo\x1b"), "one\ntwo\\x1b");
     }
 
     #[test]

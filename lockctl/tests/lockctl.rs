@@ -292,6 +292,199 @@ async fn cli_on_a_cluster_scans_every_master() {
     cli_scenario(Kind::Cluster).await;
 }
 
+/// Fails when `out` holds a character that drives a terminal (a control character other than
+/// the line ends, a bidi control) or a line that starts as the forged row of a key.
+fn assert_printable(what: &str, out: &str) {
+    for c in out.chars() {
+        let raw = (c.is_control() && c != '\n')
+            || matches!(c, '\u{202a}'..='\u{202e}' | '\u{2066}'..='\u{2069}');
+        assert!(!raw, "{what}: a raw {c:?} in the output: {out:?}");
+    }
+    assert!(
+        !out.lines().any(|l| l.starts_with("FORGED")),
+        "{what}: a forged row: {out:?}"
+    );
+}
+
+/// A pseudo-terminal: (its controlling side, the terminal a process reads from).
+fn pty() -> (std::fs::File, std::fs::File) {
+    use std::os::fd::{AsRawFd, FromRawFd};
+    use std::os::unix::fs::OpenOptionsExt;
+    // SAFETY: plain libc calls on a descriptor this function owns; `name` is NUL-terminated
+    // by ptsname_r on success
+    let (master, path) = unsafe {
+        let fd = libc::posix_openpt(libc::O_RDWR | libc::O_NOCTTY);
+        assert!(fd >= 0, "posix_openpt: {}", std::io::Error::last_os_error());
+        let master = std::fs::File::from_raw_fd(fd);
+        assert_eq!(libc::grantpt(master.as_raw_fd()), 0, "grantpt");
+        assert_eq!(libc::unlockpt(master.as_raw_fd()), 0, "unlockpt");
+        let mut name = [0 as libc::c_char; 128];
+        let named = libc::ptsname_r(master.as_raw_fd(), name.as_mut_ptr(), name.len());
+        assert_eq!(named, 0, "ptsname_r");
+        let path = std::ffi::CStr::from_ptr(name.as_ptr())
+            .to_str()
+            .unwrap()
+            .to_owned();
+        (master, path)
+    };
+    let terminal = std::fs::OpenOptions::new()
+        .read(true)
+        .write(true)
+        .custom_flags(libc::O_NOCTTY)
+        .open(&path)
+        .unwrap_or_else(|e| panic!("{path}: {e}"));
+    (master, terminal)
+}
+
+/// `lockctl unlock args...` with a terminal as stdin, answering `answer` to its question.
+async fn unlock_on_a_terminal(config: &Path, args: &[&str], answer: &str) -> Run {
+    use std::io::Write;
+    let (mut master, terminal) = pty();
+    let mut cmd = Command::new(LOCKCTL);
+    cmd.arg("--config")
+        .arg(config)
+        .arg("unlock")
+        .args(args)
+        .stdin(Stdio::from(terminal))
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped());
+    let child = spawn_child(cmd).expect("start lockctl unlock");
+    // the terminal keeps the line until lockctl reads it
+    master.write_all(answer.as_bytes()).unwrap();
+    let output = tokio::time::timeout(
+        Duration::from_secs(20),
+        tokio::task::spawn_blocking(move || child.wait_with_output().unwrap()),
+    )
+    .await
+    .expect("lockctl unlock answers within 20 s")
+    .unwrap();
+    drop(master);
+    Run {
+        code: output.status.code().unwrap_or(-1),
+        stdout: String::from_utf8_lossy(&output.stdout).into_owned(),
+        stderr: String::from_utf8_lossy(&output.stderr).into_owned(),
+    }
+}
+
+/// The first refresh `lockctl watch` prints (stdout piped: no redraw).
+async fn first_watch_block(config: &Path, pattern: &str) -> String {
+    let mut cmd = Command::new(LOCKCTL);
+    cmd.arg("--config")
+        .arg(config)
+        .args(["watch", pattern, "--interval", "200ms"])
+        .stdin(Stdio::null())
+        .stdout(Stdio::piped());
+    let mut child = spawn_child(cmd).expect("start lockctl watch");
+    let stdout = child.stdout.take().expect("piped stdout");
+    let _watch = Process(child);
+    tokio::time::timeout(
+        Duration::from_secs(20),
+        tokio::task::spawn_blocking(move || {
+            // a block: the header, `N locks held`, a blank line, the table, a blank line
+            let mut reader = BufReader::new(stdout);
+            let mut block = Vec::new();
+            let mut blanks = 0;
+            while blanks < 2 {
+                let mut line = Vec::new();
+                if reader.read_until(b'\n', &mut line).unwrap() == 0 {
+                    break;
+                }
+                blanks += usize::from(line == b"\n");
+                block.extend_from_slice(&line);
+            }
+            String::from_utf8_lossy(&block).into_owned()
+        }),
+    )
+    .await
+    .expect("lockctl watch prints a refresh within 20 s")
+    .unwrap()
+}
+
+/// Keys (and request ids) come from request input: no text output lets them drive the
+/// terminal, forge a row or reorder the text.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn text_output_escapes_control_characters() {
+    let fx = Fixture::new(Kind::Single).await;
+    let locks = &fx.locks;
+    let base = unique_key("esc");
+    // sets the terminal title, clears the screen, colours what follows
+    let title = format!("{base}:goods:\x1b]0;pwned\x07\x1b[2J\x1b[31mred\u{9b}31m");
+    let forged = format!("{base}:goods:1\nFORGED-ROW  mutex  admin#1  req-1  1  9.9s  1  0");
+    let bidi = format!("{base}:goods:\u{202e}fdp.exe\u{2066}");
+    let mut guards = Vec::new();
+    for key in [&title, &forged, &bidi] {
+        let guard = owner::chain("req-\x1b[32m\u{202e}9\r", async {
+            locks.lock(key).lease(Duration::from_secs(60)).await
+        })
+        .await
+        .unwrap();
+        guards.push(guard);
+    }
+    // the same key as a read-write lock too: `unlock` without --kind names the key in its error
+    let read = locks
+        .read(&title)
+        .lease(Duration::from_secs(60))
+        .await
+        .unwrap();
+    let pattern = format!("{base}*");
+
+    let run = fx.lockctl(&["list", &pattern]).await;
+    assert_eq!(run.code, 0, "{run:?}");
+    assert_printable("list", &run.stdout);
+    assert_eq!(run.stdout.lines().count(), 1 + 4, "{run:?}");
+    for shown in [
+        "\\x1b]0;pwned\\x07\\x1b[2J",
+        "\\nFORGED-ROW",
+        "\\u{202e}fdp.exe",
+        "req-\\x1b[32m",
+    ] {
+        assert!(run.stdout.contains(shown), "{shown} not in {run:?}");
+    }
+
+    for key in [&title, &forged, &bidi] {
+        let run = fx.lockctl(&["show", key, "--kind", "mutex"]).await;
+        assert_eq!(run.code, 0, "{run:?}");
+        assert_printable("show", &run.stdout);
+    }
+    let run = fx
+        .lockctl(&["show", &format!("{base}:free\x1b[2J\n\u{202e}")])
+        .await;
+    assert_eq!(run.code, 1, "{run:?}");
+    assert_printable("show of a free lock", &run.stdout);
+
+    let block = first_watch_block(&fx.config, &pattern).await;
+    assert!(block.contains("4 locks held"), "{block:?}");
+    assert_printable("watch", &block);
+
+    // several kinds under one key: the error names the key
+    let run = fx.lockctl(&["unlock", &title, "--yes"]).await;
+    assert_eq!(run.code, 2, "{run:?}");
+    assert_printable("unlock of several kinds", &run.stderr);
+    read.release().await.unwrap();
+
+    // the question on a terminal, answered no: nothing removed
+    for key in [&title, &forged, &bidi] {
+        let run = unlock_on_a_terminal(&fx.config, &[key], "n\n").await;
+        assert_eq!(run.code, 1, "{run:?}");
+        assert!(run.stdout.contains("Force-unlock the mutex"), "{run:?}");
+        assert_printable("the unlock prompt", &run.stdout);
+        assert!(locks.is_locked(key).await.unwrap());
+    }
+    // and what --yes removed
+    for key in [&title, &forged, &bidi] {
+        let run = fx.lockctl(&["unlock", key, "--yes"]).await;
+        assert_eq!(run.code, 0, "{run:?}");
+        assert_printable("unlock --yes", &run.stdout);
+        let run = fx.lockctl(&["unlock", key, "--yes"]).await;
+        assert_eq!(run.code, 1, "{run:?}");
+        assert_printable("unlock of a free lock", &run.stdout);
+    }
+    for guard in guards {
+        let e = guard.release().await.unwrap_err();
+        assert_eq!(e.kind(), ErrorKind::NotHeld, "{e}");
+    }
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn exit_codes_and_messages_for_mistakes() {
     let dir = tempfile::tempdir().unwrap();
@@ -372,10 +565,15 @@ impl Drop for Process {
 
 /// `lockctl serve` on a free loopback port; returns it and its URL (from its first line).
 async fn serve(config: &Path, extra: &[&str]) -> (Process, String) {
+    serve_on(config, "127.0.0.1:0", extra).await
+}
+
+/// `lockctl serve --listen <listen>`; returns it and its URL (from its first line).
+async fn serve_on(config: &Path, listen: &str, extra: &[&str]) -> (Process, String) {
     let mut cmd = Command::new(LOCKCTL);
     cmd.arg("--config")
         .arg(config)
-        .args(["serve", "--listen", "127.0.0.1:0", "--interval", "300ms"])
+        .args(["serve", "--listen", listen, "--interval", "300ms"])
         .args(extra)
         .stdout(Stdio::piped())
         .stdin(Stdio::null());
@@ -401,12 +599,14 @@ async fn serve(config: &Path, extra: &[&str]) -> (Process, String) {
     (process, url)
 }
 
-/// One HTTP/1.1 request to the console; the status code and the body.
+/// One HTTP/1.1 request to the console, with `headers` besides Host (default: the console's
+/// address) and Content-Type; the status code and the body.
 async fn http(
     url: &str,
     method: &str,
     path: &str,
     host: Option<&str>,
+    headers: &[(&str, &str)],
     body: &str,
 ) -> (u16, String) {
     use std::io::{Read, Write};
@@ -414,8 +614,12 @@ async fn http(
         .trim_start_matches("http://")
         .trim_end_matches('/')
         .to_owned();
+    let extra: String = headers
+        .iter()
+        .map(|(name, value)| format!("{name}: {value}\r\n"))
+        .collect();
     let request = format!(
-        "{method} {path} HTTP/1.1\r\nHost: {}\r\nContent-Type: application/json\r\n\
+        "{method} {path} HTTP/1.1\r\nHost: {}\r\nContent-Type: application/json\r\n{extra}\
          Content-Length: {}\r\nConnection: close\r\n\r\n{body}",
         host.unwrap_or(&addr),
         body.len()
@@ -455,7 +659,7 @@ async fn console_api_without_allow_unlock() {
     let (_serve, url) = serve(&fx.config, &[&format!("{key}*")]).await;
     assert!(url.starts_with("http://127.0.0.1:"), "{url}");
 
-    let (status, body) = http(&url, "GET", "/api/state", None, "").await;
+    let (status, body) = http(&url, "GET", "/api/state", None, &[], "").await;
     assert_eq!(status, 200, "{body}");
     let state: Value = serde_json::from_str(&body).unwrap();
     assert_eq!(state["allow_unlock"], false);
@@ -465,15 +669,15 @@ async fn console_api_without_allow_unlock() {
 
     // unlock is off: 403, and the lock stays
     let body = format!(r#"{{"kind":"mutex","key":"{key}"}}"#);
-    let (status, answer) = http(&url, "POST", "/api/unlock", None, &body).await;
+    let (status, answer) = http(&url, "POST", "/api/unlock", None, &[], &body).await;
     assert_eq!(status, 403, "{answer}");
     assert!(answer.contains("--allow-unlock"), "{answer}");
     assert!(fx.locks.is_locked(&key).await.unwrap());
     // another Host (a rebound DNS name) is refused
-    let (status, _) = http(&url, "GET", "/api/state", Some("evil.example:80"), "").await;
-    assert_eq!(status, 403);
+    let (status, _) = http(&url, "GET", "/api/state", Some("evil.example:80"), &[], "").await;
+    assert_eq!(status, 421);
     // the page is served from the binary
-    let (status, page) = http(&url, "GET", "/", None, "").await;
+    let (status, page) = http(&url, "GET", "/", None, &[], "").await;
     assert_eq!(status, 200);
     assert!(page.contains("/console.js"), "{page}");
     guard.release().await.unwrap();
@@ -481,6 +685,200 @@ async fn console_api_without_allow_unlock() {
     // a listen address that is none: a usage error
     let run = fx.lockctl(&["serve", "--listen", "not-an-address"]).await;
     assert_eq!(run.code, 2, "{run:?}");
+}
+
+/// The unlock token the console embedded in its page.
+fn page_token(page: &str) -> String {
+    let (_, rest) = page
+        .split_once("<meta name=\"lockctl-token\" content=\"")
+        .unwrap_or_else(|| panic!("no token in the page: {page}"));
+    rest.split('"').next().unwrap().to_owned()
+}
+
+/// A page of another site whose host name was rebound to the console's address (DNS
+/// rebinding) sends its own name as Host and Origin: it may neither read the locks nor unlock
+/// one, also when the console listens on every address; nor may another origin, nor a request
+/// without the page's token.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn console_refuses_rebound_hosts_other_origins_and_unlocks_without_token() {
+    let fx = Fixture::new(Kind::Single).await;
+    let key = unique_key("rebind");
+    let guard = owner::chain("req-9", async {
+        fx.locks.lock(&key).lease(Duration::from_secs(60)).await
+    })
+    .await
+    .unwrap();
+    let (_serve, listening) = serve_on(
+        &fx.config,
+        "0.0.0.0:0",
+        &["--allow-unlock", &format!("{key}*")],
+    )
+    .await;
+    let port = listening
+        .trim_end_matches('/')
+        .rsplit(':')
+        .next()
+        .unwrap()
+        .to_owned();
+    // reached over loopback only
+    let url = format!("http://127.0.0.1:{port}/");
+    let body = format!(r#"{{"kind":"mutex","key":"{key}"}}"#);
+
+    for host in ["evil.example".to_owned(), format!("evil.example:{port}")] {
+        let origin = format!("http://{host}");
+        for path in ["/api/state", "/"] {
+            let (status, answer) = http(&url, "GET", path, Some(&host), &[], "").await;
+            assert_eq!(status, 421, "GET {path} with Host {host}: {answer}");
+            assert!(!answer.contains(&key), "{answer}");
+        }
+        let (status, answer) = http(
+            &url,
+            "POST",
+            "/api/unlock",
+            Some(&host),
+            &[("Origin", &origin)],
+            &body,
+        )
+        .await;
+        assert_eq!(status, 421, "unlock with Host {host}: {answer}");
+        assert!(answer.contains("Host"), "{answer}");
+        assert!(
+            fx.locks.is_locked(&key).await.unwrap(),
+            "unlocked by {host}"
+        );
+    }
+
+    // the console's own page carries the token
+    let (status, page) = http(&url, "GET", "/", None, &[], "").await;
+    assert_eq!(status, 200, "{page}");
+    let token = page_token(&page);
+    assert!(token.len() >= 32, "{token}");
+
+    // a good Host, another origin: refused, even with the token
+    let (status, answer) = http(
+        &url,
+        "POST",
+        "/api/unlock",
+        None,
+        &[
+            ("Origin", "http://evil.example"),
+            ("X-Lockctl-Token", &token),
+        ],
+        &body,
+    )
+    .await;
+    assert_eq!(status, 403, "{answer}");
+    assert!(answer.contains("evil.example"), "{answer}");
+    // no token, a wrong one: refused
+    let own_origin = format!("http://127.0.0.1:{port}");
+    let wrong = "0".repeat(token.len());
+    for headers in [
+        vec![("Origin", own_origin.as_str())],
+        vec![],
+        vec![
+            ("Origin", own_origin.as_str()),
+            ("X-Lockctl-Token", wrong.as_str()),
+        ],
+    ] {
+        let (status, answer) = http(&url, "POST", "/api/unlock", None, &headers, &body).await;
+        assert_eq!(status, 403, "{headers:?}: {answer}");
+        assert!(answer.contains("token"), "{answer}");
+    }
+    assert!(fx.locks.is_locked(&key).await.unwrap());
+
+    // the page's own request unlocks
+    let (status, answer) = http(
+        &url,
+        "POST",
+        "/api/unlock",
+        None,
+        &[("Origin", &own_origin), ("X-Lockctl-Token", &token)],
+        &body,
+    )
+    .await;
+    assert_eq!(status, 200, "{answer}");
+    assert!(!fx.locks.is_locked(&key).await.unwrap());
+    let e = guard.release().await.unwrap_err();
+    assert_eq!(e.kind(), ErrorKind::NotHeld, "{e}");
+}
+
+/// `--allow-host NAME[:PORT]`: a name the console is reached by (a DNS name of the machine, a
+/// reverse proxy's), with any port or with that port only.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn console_allow_host_admits_the_names_given() {
+    let fx = Fixture::new(Kind::Single).await;
+    let key = unique_key("allowed");
+    let _guard = fx
+        .locks
+        .lock(&key)
+        .lease(Duration::from_secs(60))
+        .await
+        .unwrap();
+    let (_serve, url) = serve(
+        &fx.config,
+        &[
+            "--allow-unlock",
+            "--allow-host",
+            "locks.internal",
+            "--allow-host",
+            "Proxy.Example:8443",
+            &format!("{key}*"),
+        ],
+    )
+    .await;
+    let port = url
+        .trim_end_matches('/')
+        .rsplit(':')
+        .next()
+        .unwrap()
+        .to_owned();
+    for (host, status) in [
+        (format!("locks.internal:{port}"), 200),
+        ("locks.internal".to_owned(), 200),
+        ("LOCKS.internal:9".to_owned(), 200),
+        ("proxy.example:8443".to_owned(), 200),
+        ("proxy.example".to_owned(), 421),
+        (format!("proxy.example:{port}"), 421),
+        (format!("localhost:{port}"), 200),
+        (format!("[::1]:{port}"), 200),
+        (format!("localhost.evil.example:{port}"), 421),
+        ("127.0.0.1".to_owned(), 421),
+    ] {
+        let (got, answer) = http(&url, "GET", "/api/state", Some(&host), &[], "").await;
+        assert_eq!(got, status, "Host {host}: {answer}");
+    }
+    // the Origin is held to the same names
+    let (_, page) = http(&url, "GET", "/", None, &[], "").await;
+    let token = page_token(&page);
+    let body = format!(r#"{{"kind":"mutex","key":"{key}"}}"#);
+    let (status, answer) = http(
+        &url,
+        "POST",
+        "/api/unlock",
+        Some("proxy.example:8443"),
+        &[
+            ("Origin", "https://evil.example:8443"),
+            ("X-Lockctl-Token", &token),
+        ],
+        &body,
+    )
+    .await;
+    assert_eq!(status, 403, "{answer}");
+    assert!(fx.locks.is_locked(&key).await.unwrap());
+    let (status, answer) = http(
+        &url,
+        "POST",
+        "/api/unlock",
+        Some("proxy.example:8443"),
+        &[
+            ("Origin", "https://proxy.example:8443"),
+            ("X-Lockctl-Token", &token),
+        ],
+        &body,
+    )
+    .await;
+    assert_eq!(status, 200, "{answer}");
+    assert!(!fx.locks.is_locked(&key).await.unwrap());
 }
 
 /// Chromium and chromedriver: `$CHROMIUM_BIN` / `$CHROMEDRIVER_BIN`, else found on `PATH`.
