@@ -205,10 +205,10 @@ pub(crate) fn lock_info(
 ) -> LockInfo {
     let mut info = LockInfo::empty(layout.kind, key, redis_key);
     (layout.decode)(&mut info, &state, &local);
-    // the writer first, then the longest leases
+    // an exclusive hold (the writer) first, then the longest leases
     info.holders.sort_by(|a, b| {
-        (b.mode == HoldMode::Write)
-            .cmp(&(a.mode == HoldMode::Write))
+        (b.mode.is_exclusive())
+            .cmp(&a.mode.is_exclusive())
             .then(b.lease_left.cmp(&a.lease_left))
             .then(a.field.cmp(&b.field))
     });

@@ -37,7 +37,8 @@ impl LockKind {
         }
     }
 
-    /// How people call a lock of this kind: `lock`, `read-write lock` or `semaphore`.
+    /// What a lock of this kind is called in sentences: `mutex`, `read-write lock` or
+    /// `semaphore`.
     ///
     /// ```
     /// use lock_runtime::LockKind;
@@ -46,7 +47,7 @@ impl LockKind {
     /// ```
     pub const fn noun(self) -> &'static str {
         match self {
-            LockKind::Mutex => "lock",
+            LockKind::Mutex => "mutex",
             LockKind::ReadWrite => "read-write lock",
             LockKind::Semaphore => "semaphore",
         }
@@ -135,6 +136,12 @@ impl HoldMode {
             HoldMode::Write => "write",
             HoldMode::Permits => "semaphore",
         }
+    }
+
+    /// Whether a hold of this mode excludes every other hold of its lock (a mutex, a write
+    /// hold).
+    pub const fn is_exclusive(self) -> bool {
+        matches!(self, HoldMode::Exclusive | HoldMode::Write)
     }
 
     /// The kind of lock a hold of this mode is of.

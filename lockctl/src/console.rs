@@ -513,10 +513,7 @@ async fn unlock(
         }
         Ok(None) => refuse(
             StatusCode::NOT_FOUND,
-            format!(
-                "nothing removed: {} `{key}` is not held",
-                render::noun(kind)
-            ),
+            format!("nothing removed: {} `{key}` is not held", kind.noun()),
         ),
         Err(e) => refuse(StatusCode::BAD_GATEWAY, e.to_string()),
     }

@@ -287,7 +287,7 @@ async fn show(
     }
     if !json {
         match kind {
-            Some(kind) => println!("{} `{shown}` is not held", render::noun(kind)),
+            Some(kind) => println!("{} `{shown}` is not held", kind.noun()),
             None => println!(
                 "no lock `{shown}` is held (looked at the mutex, the read-write lock and the \
                  semaphore `{shown}`)"
@@ -352,10 +352,7 @@ async fn unlock(
         [] => {
             match kind {
                 Some(kind) => {
-                    println!(
-                        "nothing removed: {} `{shown}` is not held",
-                        render::noun(kind)
-                    )
+                    println!("nothing removed: {} `{shown}` is not held", kind.noun())
                 }
                 None => println!("nothing removed: no lock `{shown}` is held"),
             }
@@ -381,7 +378,7 @@ async fn unlock(
         print!("{}", render::detail(target));
         print!(
             "Force-unlock the {} `{shown}`? Its holders lose it. [y/N] ",
-            render::noun(target.kind)
+            target.kind.noun()
         );
         let _ = std::io::stdout().flush();
         let mut answer = String::new();
@@ -399,7 +396,7 @@ async fn unlock(
         None => {
             println!(
                 "nothing removed: the {} `{shown}` was released meanwhile",
-                render::noun(target.kind)
+                target.kind.noun()
             );
             Err(Failure::NotFound)
         }

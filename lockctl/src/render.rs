@@ -10,7 +10,7 @@ use std::borrow::Cow;
 use std::fmt::Write;
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
-use lock_runtime::{Holder, LockInfo, LockKind};
+use lock_runtime::{HoldMode, Holder, LockInfo};
 use serde_json::{Value, json};
 
 /// Whether `c` must not reach a terminal as it is: control characters (C0, DEL, C1), the
@@ -56,15 +56,6 @@ pub(crate) fn message(s: &str) -> String {
     s.lines().map(text).collect::<Vec<_>>().join("\n")
 }
 
-/// What a lock of `kind` is called in sentences: `mutex`, `read-write lock`, `semaphore`.
-pub(crate) fn noun(kind: LockKind) -> &'static str {
-    match kind {
-        LockKind::ReadWrite => "read-write lock",
-        LockKind::Semaphore => "semaphore",
-        _ => "mutex",
-    }
-}
-
 /// `1.2s`, `45.0s`, `3m05s`, `2h10m`, `-` for none.
 pub(crate) fn duration(d: Duration) -> String {
     let ms = d.as_millis();
@@ -92,17 +83,18 @@ pub(crate) fn clock(at: SystemTime) -> String {
     )
 }
 
-/// The kind column: `mutex`, `rw`, `semaphore 3/4` (permits held of all).
+/// The kind column: `mutex`, `rw`, `semaphore 3/4` (for a kind with permits: those held of
+/// all).
 fn kind_label(info: &LockInfo) -> String {
-    match info.kind {
-        LockKind::Semaphore => {
-            let used: u32 = info.holders.iter().filter_map(|h| h.permits).sum();
-            match info.permits {
-                Some(all) => format!("semaphore {used}/{all}"),
-                None => format!("semaphore {used}"),
-            }
-        }
-        kind => kind.to_string(),
+    let used: Option<u32> = info
+        .holders
+        .iter()
+        .filter_map(|h| h.permits)
+        .reduce(|a, b| a + b);
+    match (used, info.permits) {
+        (used, Some(all)) => format!("{} {}/{all}", info.kind, used.unwrap_or(0)),
+        (Some(used), None) => format!("{} {used}", info.kind),
+        (None, None) => info.kind.to_string(),
     }
 }
 
@@ -112,9 +104,15 @@ fn holder_label(info: &LockInfo) -> String {
     let Some(first) = info.holders.first() else {
         return "-".to_owned();
     };
-    let mut label = match info.kind {
-        LockKind::ReadWrite => format!("{}:{}", first.mode, text(&first.owner)),
-        _ => text(&first.owner).into_owned(),
+    // the mode says which hold it is when the kind has several (`write:`, `read:`)
+    let modes = HoldMode::ALL
+        .iter()
+        .filter(|m| m.kind() == info.kind)
+        .count();
+    let mut label = if modes > 1 {
+        format!("{}:{}", first.mode, text(&first.owner))
+    } else {
+        text(&first.owner).into_owned()
     };
     if info.holders.len() > 1 {
         let _ = write!(label, " +{}", info.holders.len() - 1);
@@ -201,7 +199,7 @@ fn holder_line(h: &Holder) -> String {
 pub(crate) fn detail(info: &LockInfo) -> String {
     let mut out = format!(
         "{} `{}` ({})\n",
-        noun(info.kind),
+        info.kind.noun(),
         text(&info.key),
         text(&info.redis_key)
     );
@@ -236,7 +234,7 @@ pub(crate) fn detail(info: &LockInfo) -> String {
 pub(crate) fn removed(info: &LockInfo) -> String {
     let mut out = format!(
         "removed {} `{}` ({}), held by {} holder{}:\n",
-        noun(info.kind),
+        info.kind.noun(),
         text(&info.key),
         text(&info.redis_key),
         info.holders.len(),
