@@ -22,7 +22,8 @@ use tokio::sync::Barrier;
 use tokio::task::JoinSet;
 
 use crate::conn::Endpoint;
-use crate::ctx::{Counts, Ctx, LEASE, Result};
+use crate::ctx::{Counts, Ctx, LEASE};
+use crate::error::Result;
 use crate::raw::{self, Raw};
 use crate::redisson::Redisson;
 use crate::report::{Samples, Scenario, Target, f1, per_op, ratio};

@@ -12,11 +12,7 @@ use serde_json::{Value, json};
 use tokio::runtime::{Handle, RuntimeFlavor};
 
 use crate::conn::Endpoint;
-
-/// Any error; the bench stops at the first one.
-pub(crate) type BoxError = Box<dyn std::error::Error + Send + Sync>;
-/// The bench's result type.
-pub(crate) type Result<T> = std::result::Result<T, BoxError>;
+use crate::error::Result;
 
 /// The lease every lock of the bench is taken with (ours and the baselines'), except where a
 /// variant says it uses the watchdog.

@@ -18,7 +18,8 @@ use serde_json::json;
 use tokio::sync::Barrier;
 use tokio::task::JoinSet;
 
-use crate::ctx::{BoxError, Counts, Ctx, LEASE, Result};
+use crate::ctx::{Counts, Ctx, LEASE};
+use crate::error::{BoxError, Result};
 use crate::report::{Samples, Scenario, Target, f1, per_op, ratio};
 
 const SERVICES: usize = 4;

@@ -51,6 +51,7 @@ mod annotated;
 mod conn;
 mod contention;
 mod ctx;
+mod error;
 mod family;
 mod hot_item;
 mod leftovers;
@@ -65,7 +66,8 @@ mod wakeup;
 use std::process::ExitCode;
 use std::time::Instant;
 
-use crate::ctx::{Ctx, Result, Setup};
+use crate::ctx::{Ctx, Setup};
+use crate::error::Result;
 use crate::report::Scenario;
 
 const USAGE: &str = "usage: lock-bench [--quick] [--current-thread] [--cluster] \

@@ -13,7 +13,8 @@ use lock_runtime::LockService;
 use serde_json::json;
 
 use crate::annotated;
-use crate::ctx::{Counts, Ctx, LEASE, Result};
+use crate::ctx::{Counts, Ctx, LEASE};
+use crate::error::Result;
 use crate::raw::{self, Raw};
 use crate::redisson::Redisson;
 use crate::report::{Samples, Scenario, Target, f1, per_op, ratio};

@@ -16,7 +16,8 @@ use serde_json::json;
 use tokio::task::JoinSet;
 
 use crate::annotated;
-use crate::ctx::{Counts, Ctx, LEASE, Result};
+use crate::ctx::{Counts, Ctx, LEASE};
+use crate::error::Result;
 use crate::raw::{self, Raw};
 use crate::redisson::Redisson;
 use crate::report::{Scenario, Target, per_op, ratio};
@@ -94,7 +95,7 @@ async fn slice(variant: usize, paths: &Paths, slice: Duration) -> Result<u64> {
                 }
                 pairs += 1;
             }
-            Ok::<_, crate::ctx::BoxError>(pairs)
+            Ok::<_, crate::error::BoxError>(pairs)
         });
     }
     let mut total = 0;

@@ -33,7 +33,8 @@ use serde_json::json;
 use tokio::runtime::Handle;
 
 use crate::conn::Endpoint;
-use crate::ctx::{BoxError, Counts, Ctx, LEASE, Peer, Result};
+use crate::ctx::{Counts, Ctx, LEASE, Peer};
+use crate::error::{BoxError, Result};
 use crate::raw::{self, Raw};
 use crate::redisson::Redisson;
 use crate::relay::Relay;

@@ -8,7 +8,8 @@ use lock_runtime::{LockService, Semaphore};
 use serde_json::json;
 
 use super::{PERMITS, RawSlots, breakdown};
-use crate::ctx::{Counts, Ctx, LEASE, Result};
+use crate::ctx::{Counts, Ctx, LEASE};
+use crate::error::Result;
 use crate::raw::{self, Raw};
 use crate::report::{Samples, Scenario, f1, per_op, ratio};
 

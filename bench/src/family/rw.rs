@@ -17,7 +17,8 @@ use lock_runtime::LockService;
 use serde_json::json;
 
 use super::{breakdown, ms, run_workers};
-use crate::ctx::{Counts, Ctx, LEASE, Result};
+use crate::ctx::{Counts, Ctx, LEASE};
+use crate::error::Result;
 use crate::raw::{self, Raw};
 use crate::report::{Samples, Scenario, per_op, ratio};
 
