@@ -188,6 +188,22 @@ impl Ctx {
     }
 }
 
+/// How long a measured phase of a contention scenario may take before the bench gives up.
+pub(crate) const PHASE_LIMIT: Duration = Duration::from_secs(120);
+
+/// Runs `phase`, which must finish within `limit`; a time-out and the phase's error name it
+/// `what`.
+pub(crate) async fn within<T>(
+    limit: Duration,
+    what: impl std::fmt::Display,
+    phase: impl Future<Output = Result<T>>,
+) -> Result<T> {
+    tokio::time::timeout(limit, phase)
+        .await
+        .map_err(|_| format!("{what} did not finish within {limit:?}"))?
+        .map_err(|e| format!("{what}: {e}").into())
+}
+
 /// Runs blocking work (a synchronous Redis call) from async code: through `block_in_place` on
 /// the multi-thread runtime, in place on a current-thread runtime (whose one thread waits).
 fn blocking<T>(f: impl FnOnce() -> T) -> T {

@@ -237,12 +237,19 @@ pub(crate) const PAIR_COST_HEADERS: [&str; 5] = [
 
 /// The cells of [`PAIR_COST_HEADERS`] for `counts` over `pairs` pairs.
 pub(crate) fn pair_cost_cells(counts: &Counts, pairs: u64) -> [String; 5] {
+    let [commands, requests, client_cpu, server_cpu] = cost_cells(counts, pairs);
+    let script = per_op(counts.request_usec(), pairs);
+    [commands, requests, script, client_cpu, server_cpu]
+}
+
+/// The Redis and CPU cells of a table row for `counts` over `ops` operations, per operation:
+/// commands, round trips, client CPU us and redis CPU us.
+pub(crate) fn cost_cells(counts: &Counts, ops: u64) -> [String; 4] {
     [
-        per_op(counts.commands(), pairs),
-        per_op(counts.requests(), pairs),
-        per_op(counts.request_usec(), pairs),
-        per_op(counts.client_cpu_us, pairs),
-        per_op(counts.server_cpu_us, pairs),
+        per_op(counts.commands(), ops),
+        per_op(counts.requests(), ops),
+        per_op(counts.client_cpu_us, ops),
+        per_op(counts.server_cpu_us, ops),
     ]
 }
 
