@@ -10,7 +10,7 @@ use redis::cluster_async::ClusterConnection;
 use redis::{Cmd, Pipeline, ProtocolVersion, PushInfo, RedisFuture, Value};
 use tokio::sync::mpsc::UnboundedSender;
 
-use crate::ctx::Result;
+use crate::error::Result;
 
 /// The Redis of the run: one server or a cluster. Cheap to clone, so that futures which run on
 /// another peer's runtime can take it along.

@@ -12,11 +12,7 @@ use serde_json::{Value, json};
 use tokio::runtime::{Handle, RuntimeFlavor};
 
 use crate::conn::Endpoint;
-
-/// Any error; the bench stops at the first one.
-pub(crate) type BoxError = Box<dyn std::error::Error + Send + Sync>;
-/// The bench's result type.
-pub(crate) type Result<T> = std::result::Result<T, BoxError>;
+use crate::error::Result;
 
 /// The lease every lock of the bench is taken with (ours and the baselines'), except where a
 /// variant says it uses the watchdog.
@@ -190,6 +186,22 @@ impl Ctx {
         let mut stats = self.stats.lock().map_err(|_| "stats connection poisoned")?;
         Ok(blocking(|| f(&mut stats))?)
     }
+}
+
+/// How long a measured phase of a contention scenario may take before the bench gives up.
+pub(crate) const PHASE_LIMIT: Duration = Duration::from_secs(120);
+
+/// Runs `phase`, which must finish within `limit`; a time-out and the phase's error name it
+/// `what`.
+pub(crate) async fn within<T>(
+    limit: Duration,
+    what: impl std::fmt::Display,
+    phase: impl Future<Output = Result<T>>,
+) -> Result<T> {
+    tokio::time::timeout(limit, phase)
+        .await
+        .map_err(|_| format!("{what} did not finish within {limit:?}"))?
+        .map_err(|e| format!("{what}: {e}").into())
 }
 
 /// Runs blocking work (a synchronous Redis call) from async code: through `block_in_place` on

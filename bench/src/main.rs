@@ -15,12 +15,12 @@
 //!
 //! | | scenario | targets (issue #16) |
 //! |---|---|---|
-//! | S1 | uncontended latency: 1 task, acquire + release on one key | median <= 1.05x raw, for `LockService` and the annotated fn |
-//! | S2 | uncontended throughput: 64 tasks, each on its own key; ours with a lease and in watchdog mode | >= 0.90x raw with a lease and in watchdog mode (0.85x on a cluster); faster than Redisson-style |
-//! | S3 | contention: 16 workers on one key, 1 instance x 16 and 4 instances x 4 | across 4 services x 4: >= 1.5x raw critical sections/s, <= 10 Redis commands per critical section, >= 80% hand-off |
-//! | S4 | wake-up latency: time from a release to the blocked waiter's acquire | across services: median <= 1 PING round trip, p99 <= 2; <= 1 acquire attempt per wake-up; fewer commands per hand-off than Redisson-style |
-//! | S5 | a hot item: 16 workers of 4 services buying from one key or 8 segments (`lock_examples::segmented`) | none: reported |
-//! | S6 | what locks leave: lock and release 100,000 distinct keys (5,000 with `--quick`) | everything left expires within `fence_idle_ttl` (5 min by default) |
+//! | S1 ([`uncontended_latency`]) | uncontended latency: 1 task, acquire + release on one key | median <= 1.05x raw, for `LockService` and the annotated fn |
+//! | S2 ([`uncontended_throughput`]) | uncontended throughput: 64 tasks, each on its own key; ours with a lease and in watchdog mode | >= 0.90x raw with a lease and in watchdog mode (0.85x on a cluster); faster than Redisson-style |
+//! | S3 ([`contention`]) | contention: 16 workers on one key, 1 instance x 16 and 4 instances x 4 | across 4 services x 4: >= 1.5x raw critical sections/s, <= 10 Redis commands per critical section, >= 80% hand-off |
+//! | S4 ([`wakeup`]) | wake-up latency: time from a release to the blocked waiter's acquire | across services: median <= 1 PING round trip, p99 <= 2; <= 1 acquire attempt per wake-up; fewer commands per hand-off than Redisson-style |
+//! | S5 ([`hot_item`]) | a hot item: 16 workers of 4 services buying from one key or 8 segments (`lock_examples::segmented`) | none: reported |
+//! | S6 ([`leftovers`]) | what locks leave: lock and release 100,000 distinct keys (5,000 with `--quick`) | everything left expires within `fence_idle_ttl` (5 min by default) |
 //!
 //! and the lock family's figures (write lock, read-write lock, multi-key locks, semaphore):
 //! S1F, S3W, S3RW, S3M, S3SEM, see [`family`]. Checks the issue sets no target for (in that
@@ -49,23 +49,25 @@
 
 mod annotated;
 mod conn;
+mod contention;
 mod ctx;
+mod error;
 mod family;
+mod hot_item;
+mod leftovers;
 mod raw;
 mod redisson;
 mod relay;
 mod report;
-mod s1;
-mod s2;
-mod s3;
-mod s4;
-mod s5;
-mod s6;
+mod uncontended_latency;
+mod uncontended_throughput;
+mod wakeup;
 
 use std::process::ExitCode;
 use std::time::Instant;
 
-use crate::ctx::{Ctx, Result, Setup};
+use crate::ctx::{Ctx, Setup};
+use crate::error::Result;
 use crate::report::Scenario;
 
 const USAGE: &str = "usage: lock-bench [--quick] [--current-thread] [--cluster] \
@@ -198,13 +200,13 @@ async fn run(setup: Setup, selected: &[&str]) -> Result<()> {
     let mut scenarios: Vec<Scenario> = Vec::new();
     for id in selected {
         let scenario = match *id {
-            "S1" => s1::run(&ctx).await?,
-            "S2" => s2::run(&ctx).await?,
-            "S3" => s3::run(&ctx).await?,
-            "S4" => s4::run(&ctx).await?,
-            "S6" => s6::run(&ctx).await?,
+            "S1" => uncontended_latency::run(&ctx).await?,
+            "S2" => uncontended_throughput::run(&ctx).await?,
+            "S3" => contention::run(&ctx).await?,
+            "S4" => wakeup::run(&ctx).await?,
+            "S6" => leftovers::run(&ctx).await?,
             id if family::SCENARIOS.contains(&id) => family::run(&ctx, id).await?,
-            _ => s5::run(&ctx).await?,
+            _ => hot_item::run(&ctx).await?,
         };
         scenario.print();
         scenarios.push(scenario);

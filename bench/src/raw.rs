@@ -11,7 +11,8 @@ use std::time::{Duration, Instant};
 use redis::Script;
 
 use crate::conn::{Conn, Endpoint};
-use crate::ctx::{LEASE, Result};
+use crate::ctx::LEASE;
+use crate::error::Result;
 
 static ACQUIRE: LazyLock<Script> = LazyLock::new(|| {
     Script::new(

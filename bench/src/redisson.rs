@@ -42,7 +42,7 @@ use tokio::sync::Semaphore;
 use tokio::sync::mpsc::UnboundedReceiver;
 
 use crate::conn::{Conn, Endpoint};
-use crate::ctx::Result;
+use crate::error::Result;
 
 static ACQUIRE: LazyLock<Script> = LazyLock::new(|| {
     Script::new(

@@ -13,7 +13,7 @@ use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::{TcpListener, TcpStream};
 use tokio::task::JoinHandle;
 
-use crate::ctx::Result;
+use crate::error::Result;
 
 /// The command names counted, as RESP bulk strings (`$7\r\nEVALSHA\r\n`).
 const SCRIPT_CALLS: [&[u8]; 2] = [b"\r\nEVALSHA\r\n", b"\r\nEVAL\r\n"];

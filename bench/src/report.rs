@@ -1,10 +1,11 @@
 //! Samples, the human table, target verdicts and the JSON line of a scenario.
 
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 use serde_json::{Value, json};
 
-use crate::ctx::{Setup, round2};
+use crate::ctx::{Counts, Ctx, Setup, round2};
+use crate::error::Result;
 
 /// Latencies in microseconds (signed: a wake-up can beat the release's reply).
 #[derive(Debug, Default, Clone)]
@@ -189,6 +190,67 @@ impl Scenario {
         });
         format!("BENCH_JSON {line}")
     }
+}
+
+/// Times `per_round` calls of `pair(variant)` for each of `variants` variants, in `rounds`
+/// rounds that rotate the variants' order (so that load from other processes hits them alike),
+/// counting Redis commands per variant; returns each variant's samples and counts.
+pub(crate) async fn interleaved_rounds(
+    ctx: &Ctx,
+    variants: usize,
+    rounds: usize,
+    per_round: usize,
+    mut pair: impl AsyncFnMut(usize) -> Result<()>,
+) -> Result<(Vec<Samples>, Vec<Counts>)> {
+    let mut samples = vec![Samples::default(); variants];
+    let mut counts = vec![Counts::default(); variants];
+    for round in 0..rounds {
+        for i in 0..variants {
+            let variant = (round + i) % variants;
+            let (round_samples, round_counts) = ctx
+                .counted(async {
+                    let mut s = Samples::default();
+                    for _ in 0..per_round {
+                        let t = Instant::now();
+                        pair(variant).await?;
+                        s.push(t.elapsed());
+                    }
+                    Ok(s)
+                })
+                .await?;
+            samples[variant].extend(&round_samples);
+            counts[variant].add(&round_counts);
+        }
+    }
+    Ok((samples, counts))
+}
+
+/// The Redis and CPU columns of a table whose operation is an acquire + release pair; the
+/// cells are [`pair_cost_cells`].
+pub(crate) const PAIR_COST_HEADERS: [&str; 5] = [
+    "cmds/pair",
+    "round trips/pair",
+    "script us/pair",
+    "client CPU us/pair",
+    "redis CPU us/pair",
+];
+
+/// The cells of [`PAIR_COST_HEADERS`] for `counts` over `pairs` pairs.
+pub(crate) fn pair_cost_cells(counts: &Counts, pairs: u64) -> [String; 5] {
+    let [commands, requests, client_cpu, server_cpu] = cost_cells(counts, pairs);
+    let script = per_op(counts.request_usec(), pairs);
+    [commands, requests, script, client_cpu, server_cpu]
+}
+
+/// The Redis and CPU cells of a table row for `counts` over `ops` operations, per operation:
+/// commands, round trips, client CPU us and redis CPU us.
+pub(crate) fn cost_cells(counts: &Counts, ops: u64) -> [String; 4] {
+    [
+        per_op(counts.commands(), ops),
+        per_op(counts.requests(), ops),
+        per_op(counts.client_cpu_us, ops),
+        per_op(counts.server_cpu_us, ops),
+    ]
 }
 
 /// `12.3` style.

@@ -18,9 +18,10 @@ use lock_runtime::LockService;
 use serde_json::json;
 
 use super::{PERMITS, RawSlots, Rng, breakdown, ms, run_workers};
-use crate::ctx::{Counts, Ctx, LEASE, Result};
+use crate::ctx::{Counts, Ctx, LEASE, PHASE_LIMIT, within};
+use crate::error::Result;
 use crate::raw::{self, Raw};
-use crate::report::{Samples, Scenario, per_op, ratio};
+use crate::report::{Samples, Scenario, cost_cells, ratio};
 
 const WORKERS: usize = 16;
 const ACCOUNTS: u64 = 8;
@@ -325,11 +326,8 @@ pub(super) async fn run(ctx: &Ctx, access: Access) -> Result<Scenario> {
     let mut outcomes = Vec::new();
     for kind in kinds {
         let name = kind.name(access);
-        let limit = Duration::from_secs(120);
-        let outcome = tokio::time::timeout(limit, run_kind(ctx, access, kind, sections))
-            .await
-            .map_err(|_| format!("{id} {name} did not finish within {limit:?}"))?
-            .map_err(|e| format!("{id} {name}: {e}"))?;
+        let phase = run_kind(ctx, access, kind, sections);
+        let outcome = within(PHASE_LIMIT, format!("{id} {name}"), phase).await?;
         outcomes.push((kind, outcome));
     }
 
@@ -415,13 +413,12 @@ pub(super) async fn run(ctx: &Ctx, access: Access) -> Result<Scenario> {
         if access == Access::Write {
             row.push(format!("{:.1}%", handoff(o) * 100.0));
         }
-        row.extend([
-            format!("{} {}", o.check.1, if o.check.0 { "ok" } else { "WRONG" }),
-            per_op(o.counts.commands(), o.grants),
-            per_op(o.counts.requests(), o.grants),
-            per_op(o.counts.client_cpu_us, o.grants),
-            per_op(o.counts.server_cpu_us, o.grants),
-        ]);
+        row.push(format!(
+            "{} {}",
+            o.check.1,
+            if o.check.0 { "ok" } else { "WRONG" }
+        ));
+        row.extend(cost_cells(&o.counts, o.grants));
         scenario.rows.push(row);
         if let Kind::Service { .. } = kind {
             scenario.notes.push(format!(

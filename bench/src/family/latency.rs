@@ -2,15 +2,16 @@
 //! it for the mutex (interleaved rounds, rotating the order, the same pair count), for each
 //! kind and its raw floor.
 
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 use lock_runtime::{LockService, Semaphore};
 use serde_json::json;
 
 use super::{PERMITS, RawSlots, breakdown};
-use crate::ctx::{Counts, Ctx, LEASE, Result};
+use crate::ctx::{Ctx, LEASE};
+use crate::error::Result;
 use crate::raw::{self, Raw};
-use crate::report::{Samples, Scenario, f1, per_op, ratio};
+use crate::report::{PAIR_COST_HEADERS, Scenario, f1, interleaved_rounds, pair_cost_cells, ratio};
 
 /// The variants, each with the variant it is compared with.
 const VARIANTS: [(&str, usize); 8] = [
@@ -109,26 +110,8 @@ pub(super) async fn run(ctx: &Ctx) -> Result<Scenario> {
             paths.pair(variant).await?;
         }
     }
-    let mut samples = vec![Samples::default(); n];
-    let mut counts = vec![Counts::default(); n];
-    for round in 0..rounds {
-        for i in 0..n {
-            let variant = (round + i) % n;
-            let (round_samples, round_counts) = ctx
-                .counted(async {
-                    let mut s = Samples::default();
-                    for _ in 0..per_round {
-                        let t = Instant::now();
-                        paths.pair(variant).await?;
-                        s.push(t.elapsed());
-                    }
-                    Ok(s)
-                })
-                .await?;
-            samples[variant].extend(&round_samples);
-            counts[variant].add(&round_counts);
-        }
-    }
+    let (samples, counts) =
+        interleaved_rounds(ctx, n, rounds, per_round, async |v| paths.pair(v).await).await?;
 
     let pairs = (rounds * per_round) as u64;
     let mut scenario = Scenario {
@@ -143,12 +126,10 @@ pub(super) async fn run(ctx: &Ctx) -> Result<Scenario> {
             "p99 us",
             "vs baseline",
             "vs raw 1 key",
-            "cmds/pair",
-            "round trips/pair",
-            "script us/pair",
-            "client CPU us/pair",
-            "redis CPU us/pair",
-        ],
+        ]
+        .into_iter()
+        .chain(PAIR_COST_HEADERS)
+        .collect(),
         rows: Vec::new(),
         notes: vec![
             "vs baseline: the mutex, write and read lock against the raw 1-key lock, the permit \
@@ -164,18 +145,18 @@ pub(super) async fn run(ctx: &Ctx) -> Result<Scenario> {
         let (s, c) = (&samples[i], &counts[i]);
         let vs = s.median() / samples[*base].median();
         let vs_one = s.median() / samples[0].median();
-        scenario.rows.push(vec![
-            (*name).into(),
-            f1(s.median()),
-            f1(s.pct(0.99)),
-            ratio(vs),
-            ratio(vs_one),
-            per_op(c.commands(), pairs),
-            per_op(c.requests(), pairs),
-            per_op(c.request_usec(), pairs),
-            per_op(c.client_cpu_us, pairs),
-            per_op(c.server_cpu_us, pairs),
-        ]);
+        scenario.rows.push(
+            vec![
+                (*name).into(),
+                f1(s.median()),
+                f1(s.pct(0.99)),
+                ratio(vs),
+                ratio(vs_one),
+            ]
+            .into_iter()
+            .chain(pair_cost_cells(c, pairs))
+            .collect(),
+        );
         if *base != i {
             scenario.notes.push(format!(
                 "{name}: commands per pair: {}",

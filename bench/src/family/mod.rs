@@ -27,7 +27,8 @@ use redis::aio::MultiplexedConnection;
 use tokio::sync::Barrier;
 use tokio::task::JoinSet;
 
-use crate::ctx::{Counts, Ctx, LEASE, Result};
+use crate::ctx::{Counts, Ctx, LEASE};
+use crate::error::Result;
 use crate::report::Scenario;
 
 /// The scenarios of this module, in the order they run.

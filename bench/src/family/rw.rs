@@ -17,9 +17,10 @@ use lock_runtime::LockService;
 use serde_json::json;
 
 use super::{breakdown, ms, run_workers};
-use crate::ctx::{Counts, Ctx, LEASE, Result};
+use crate::ctx::{Counts, Ctx, LEASE, within};
+use crate::error::Result;
 use crate::raw::{self, Raw};
-use crate::report::{Samples, Scenario, per_op, ratio};
+use crate::report::{Samples, Scenario, cost_cells, ratio};
 
 const READERS: usize = 16;
 const WRITERS: usize = 2;
@@ -272,10 +273,13 @@ pub(super) async fn run(ctx: &Ctx) -> Result<Scenario> {
             let variant = (round + i) % kinds.len();
             let kind = kinds[variant];
             let limit = length + Duration::from_secs(60);
-            tokio::time::timeout(limit, slice(ctx, kind, length, &mut outcomes[variant]))
-                .await
-                .map_err(|_| format!("S3RW {} did not finish within {limit:?}", name(kind)))?
-                .map_err(|e| format!("S3RW {}: {e}", name(kind)))?;
+            let what = format!("S3RW {}", name(kind));
+            within(
+                limit,
+                what,
+                slice(ctx, kind, length, &mut outcomes[variant]),
+            )
+            .await?;
         }
     }
 
@@ -323,29 +327,30 @@ pub(super) async fn run(ctx: &Ctx) -> Result<Scenario> {
             .map_or(&outcomes[0], |i| &outcomes[i]);
         let ops = o.reads + o.writes;
         let name = name((kind, hold));
-        scenario.rows.push(vec![
-            name.clone(),
-            format!("{:.0}", reads_per_s(o)),
-            format!("{:.0}", writes_per_s(o)),
-            ratio(reads_per_s(o) / reads_per_s(base)),
-            ms(o.write_waits.pct(0.99)),
-            ms(o.write_waits.max()),
-            ms(o.read_waits.pct(0.99)),
-            o.most_readers.to_string(),
-            format!(
-                "{}{}",
-                o.violations,
-                if o.violations == 0 && o.counter_exact {
-                    " ok"
-                } else {
-                    " WRONG"
-                }
-            ),
-            per_op(o.counts.commands(), ops),
-            per_op(o.counts.requests(), ops),
-            per_op(o.counts.client_cpu_us, ops),
-            per_op(o.counts.server_cpu_us, ops),
-        ]);
+        scenario.rows.push(
+            vec![
+                name.clone(),
+                format!("{:.0}", reads_per_s(o)),
+                format!("{:.0}", writes_per_s(o)),
+                ratio(reads_per_s(o) / reads_per_s(base)),
+                ms(o.write_waits.pct(0.99)),
+                ms(o.write_waits.max()),
+                ms(o.read_waits.pct(0.99)),
+                o.most_readers.to_string(),
+                format!(
+                    "{}{}",
+                    o.violations,
+                    if o.violations == 0 && o.counter_exact {
+                        " ok"
+                    } else {
+                        " WRONG"
+                    }
+                ),
+            ]
+            .into_iter()
+            .chain(cost_cells(&o.counts, ops))
+            .collect(),
+        );
         if !matches!(kind, Kind::Raw) {
             scenario.notes.push(format!(
                 "{name}: commands per op: {}",

@@ -53,18 +53,23 @@ use actix_web::http::StatusCode;
 use actix_web::http::header::{CONTENT_TYPE, HeaderName, HeaderValue, RETRY_AFTER};
 use actix_web::{FromRequest, HttpMessage, HttpRequest, HttpResponse, ResponseError};
 use pin_project_lite::pin_project;
-use tracing::Instrument;
-use tracing::instrument::Instrumented;
 
 use super::response::Mapping;
-use super::{OwnerScopeConfig, REQUEST_ID_HEADER, RequestId, RequestScope, request_scope};
+use super::scope::{Scoped, ScopedResponse, Shared, impl_scoped_request};
+use super::{OwnerScopeConfig, RequestId};
 use crate::error::LockError;
 
-/// The configuration with its header names parsed once.
-#[derive(Debug)]
-struct Shared {
-    config: OwnerScopeConfig,
-    names: Vec<HeaderName>,
+impl_scoped_request!(impl for ServiceRequest { Name = HeaderName, Value = HeaderValue });
+
+impl<B> ScopedResponse for ServiceResponse<B> {
+    type Name = HeaderName;
+    type Value = HeaderValue;
+
+    fn echo_header(&mut self, name: HeaderName, value: HeaderValue) {
+        if !self.headers().contains_key(&name) {
+            self.headers_mut().insert(name, value);
+        }
+    }
 }
 
 /// Middleware factory: runs each request in its own lock-owner scope, with a [`RequestId`] in
@@ -80,7 +85,7 @@ struct Shared {
 /// ```
 #[derive(Debug, Clone)]
 pub struct OwnerScope {
-    shared: Arc<Shared>,
+    shared: Arc<Shared<HeaderName>>,
 }
 
 impl OwnerScope {
@@ -91,17 +96,8 @@ impl OwnerScope {
 
     /// The middleware with `config`.
     pub fn with_config(config: OwnerScopeConfig) -> Self {
-        let names = config
-            .headers()
-            .into_iter()
-            // Already checked by the config; the fallback keeps the indexes aligned.
-            .map(|h| {
-                HeaderName::from_bytes(h.as_bytes())
-                    .unwrap_or(HeaderName::from_static(REQUEST_ID_HEADER))
-            })
-            .collect();
         OwnerScope {
-            shared: Arc::new(Shared { config, names }),
+            shared: Shared::new(config),
         }
     }
 }
@@ -134,7 +130,7 @@ where
 #[derive(Debug)]
 pub struct OwnerScopeMiddleware<S> {
     service: S,
-    shared: Arc<Shared>,
+    shared: Arc<Shared<HeaderName>>,
 }
 
 impl<S, B> Service<ServiceRequest> for OwnerScopeMiddleware<S>
@@ -147,23 +143,11 @@ where
 
     forward_ready!(service);
 
-    fn call(&self, mut request: ServiceRequest) -> Self::Future {
-        let headers = request.headers();
-        let started = self
-            .shared
-            .config
-            .start(|name| headers.get(name).map(HeaderValue::as_bytes));
-        let name = self.shared.names[started.echo_header].clone();
-        // Visible ASCII only, so this never fails.
-        let value = HeaderValue::from_str(started.id.as_str()).ok();
-        if let (false, Some(value)) = (started.from_client, &value) {
-            request.headers_mut().insert(name.clone(), value.clone());
-        }
-        request.extensions_mut().insert(started.id.clone());
-        let future = self.service.call(request);
+    fn call(&self, request: ServiceRequest) -> Self::Future {
         ResponseFuture {
-            inner: request_scope(&started, future).instrument(started.span),
-            echo: value.map(|value| (name, value)),
+            inner: self
+                .shared
+                .call(request, |request| self.service.call(request)),
         }
     }
 }
@@ -173,8 +157,7 @@ pin_project! {
     /// owner scope; adds the request id header to the response.
     pub struct ResponseFuture<F> {
         #[pin]
-        inner: Instrumented<RequestScope<F>>,
-        echo: Option<(HeaderName, HeaderValue)>,
+        inner: Scoped<F, HeaderName, HeaderValue>,
     }
 }
 
@@ -185,25 +168,13 @@ where
     type Output = Result<ServiceResponse<B>, actix_web::Error>;
 
     fn poll(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Self::Output> {
-        let this = self.project();
-        let mut response = match this.inner.poll(cx) {
-            Poll::Ready(result) => result?,
-            Poll::Pending => return Poll::Pending,
-        };
-        if let Some((name, value)) = this.echo.take()
-            && !response.headers().contains_key(&name)
-        {
-            response.headers_mut().insert(name, value);
-        }
-        Poll::Ready(Ok(response))
+        self.project().inner.poll(cx)
     }
 }
 
 impl<F> fmt::Debug for ResponseFuture<F> {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.debug_struct("ResponseFuture")
-            .field("echo", &self.echo)
-            .finish_non_exhaustive()
+        self.inner.fmt(f)
     }
 }
 

@@ -1,5 +1,5 @@
 //! Web middleware: one lock-owner scope per request, request ids, and HTTP responses for
-//! [`LockError`](crate::LockError).
+//! [`LockError`](crate::error::LockError).
 //!
 //! | feature | module | what it gives |
 //! |---|---|---|
@@ -42,8 +42,8 @@
 //!
 //! # Errors as responses
 //!
-//! With either feature, a [`LockError`](crate::LockError) returned from a handler becomes a
-//! short JSON response (see [`http_status`] and [`http_body`]):
+//! With either feature, a [`LockError`](crate::error::LockError) returned from a handler
+//! becomes a short JSON response (see [`http_status`] and [`http_body`]):
 //!
 //! | kind | status | `error` |
 //! |---|---|---|
@@ -71,6 +71,7 @@ use std::sync::Arc;
 #[cfg_attr(docsrs, doc(cfg(feature = "actix-web")))]
 pub mod actix;
 mod response;
+mod scope;
 #[cfg(feature = "tower")]
 #[cfg_attr(docsrs, doc(cfg(feature = "tower")))]
 pub mod tower;

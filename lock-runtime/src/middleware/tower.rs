@@ -43,7 +43,7 @@ use std::fmt;
 use std::future::Future;
 use std::pin::Pin;
 use std::sync::Arc;
-use std::task::{Context, Poll, ready};
+use std::task::{Context, Poll};
 
 use axum_core::body::Body;
 use axum_core::extract::FromRequestParts;
@@ -54,32 +54,20 @@ use http::{HeaderName, HeaderValue, Request, StatusCode};
 use pin_project_lite::pin_project;
 use tower_layer::Layer;
 use tower_service::Service;
-use tracing::Instrument;
-use tracing::instrument::Instrumented;
 
 use super::response::Mapping;
-use super::{OwnerScopeConfig, REQUEST_ID_HEADER, RequestId, RequestScope, request_scope};
+use super::scope::{Scoped, ScopedResponse, Shared, impl_scoped_request};
+use super::{OwnerScopeConfig, RequestId};
 use crate::error::LockError;
 
-/// The configuration with its header names parsed once.
-#[derive(Debug)]
-struct Shared {
-    config: OwnerScopeConfig,
-    names: Vec<HeaderName>,
-}
+impl_scoped_request!(impl<B> for Request<B> { Name = HeaderName, Value = HeaderValue });
 
-impl Shared {
-    fn new(config: OwnerScopeConfig) -> Arc<Shared> {
-        let names = config
-            .headers()
-            .into_iter()
-            // Already checked by the config; the fallback keeps the indexes aligned.
-            .map(|h| {
-                HeaderName::from_bytes(h.as_bytes())
-                    .unwrap_or(HeaderName::from_static(REQUEST_ID_HEADER))
-            })
-            .collect();
-        Arc::new(Shared { config, names })
+impl<B> ScopedResponse for http::Response<B> {
+    type Name = HeaderName;
+    type Value = HeaderValue;
+
+    fn echo_header(&mut self, name: HeaderName, value: HeaderValue) {
+        self.headers_mut().entry(name).or_insert(value);
     }
 }
 
@@ -95,7 +83,7 @@ impl Shared {
 /// ```
 #[derive(Debug, Clone)]
 pub struct OwnerScopeLayer {
-    shared: Arc<Shared>,
+    shared: Arc<Shared<HeaderName>>,
 }
 
 impl OwnerScopeLayer {
@@ -134,7 +122,7 @@ impl<S> Layer<S> for OwnerScopeLayer {
 #[derive(Debug, Clone)]
 pub struct OwnerScope<S> {
     inner: S,
-    shared: Arc<Shared>,
+    shared: Arc<Shared<HeaderName>>,
 }
 
 impl<S> OwnerScope<S> {
@@ -174,23 +162,11 @@ where
         self.inner.poll_ready(cx)
     }
 
-    fn call(&mut self, mut request: Request<ReqBody>) -> Self::Future {
-        let headers = request.headers();
-        let started = self
-            .shared
-            .config
-            .start(|name| headers.get(name).map(HeaderValue::as_bytes));
-        let name = self.shared.names[started.echo_header].clone();
-        // Visible ASCII only, so this never fails.
-        let value = HeaderValue::from_str(started.id.as_str()).ok();
-        if let (false, Some(value)) = (started.from_client, &value) {
-            request.headers_mut().insert(name.clone(), value.clone());
-        }
-        request.extensions_mut().insert(started.id.clone());
-        let future = self.inner.call(request);
+    fn call(&mut self, request: Request<ReqBody>) -> Self::Future {
         ResponseFuture {
-            inner: request_scope(&started, future).instrument(started.span),
-            echo: value.map(|value| (name, value)),
+            inner: self
+                .shared
+                .call(request, |request| self.inner.call(request)),
         }
     }
 }
@@ -200,8 +176,7 @@ pin_project! {
     /// scope; adds the request id header to the response.
     pub struct ResponseFuture<F> {
         #[pin]
-        inner: Instrumented<RequestScope<F>>,
-        echo: Option<(HeaderName, HeaderValue)>,
+        inner: Scoped<F, HeaderName, HeaderValue>,
     }
 }
 
@@ -212,20 +187,13 @@ where
     type Output = Result<http::Response<ResBody>, E>;
 
     fn poll(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Self::Output> {
-        let this = self.project();
-        let mut response = ready!(this.inner.poll(cx))?;
-        if let Some((name, value)) = this.echo.take() {
-            response.headers_mut().entry(name).or_insert(value);
-        }
-        Poll::Ready(Ok(response))
+        self.project().inner.poll(cx)
     }
 }
 
 impl<F> fmt::Debug for ResponseFuture<F> {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.debug_struct("ResponseFuture")
-            .field("echo", &self.echo)
-            .finish_non_exhaustive()
+        self.inner.fmt(f)
     }
 }
 

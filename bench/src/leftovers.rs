@@ -17,7 +17,8 @@ use serde_json::json;
 use tokio::task::JoinSet;
 
 use crate::conn::Conn;
-use crate::ctx::{BoxError, Counts, Ctx, LEASE, Result, info_field};
+use crate::ctx::{Counts, Ctx, LEASE, info_field};
+use crate::error::{BoxError, Result};
 use crate::raw::{self, Raw};
 use crate::report::{Samples, Scenario, Target, f1, per_op};
 

@@ -33,7 +33,8 @@ use serde_json::json;
 use tokio::runtime::Handle;
 
 use crate::conn::Endpoint;
-use crate::ctx::{BoxError, Counts, Ctx, LEASE, Peer, Result};
+use crate::ctx::{Counts, Ctx, LEASE, Peer};
+use crate::error::{BoxError, Result};
 use crate::raw::{self, Raw};
 use crate::redisson::Redisson;
 use crate::relay::Relay;
@@ -274,25 +275,8 @@ async fn connect(
     redis_b: Endpoint,
     scripts: Option<Arc<AtomicU64>>,
 ) -> Result<Sides> {
-    let redis = ctx.redis.clone();
-    let (a, redisson_a, holder_raw) = holder
-        .run(async move {
-            Ok((
-                LockService::connect(redis.config()).await?,
-                Redisson::connect(&redis).await?,
-                Raw::connect(&redis).await?,
-            ))
-        })
-        .await?;
-    let (b, redisson_b, waiter_raw) = waiter
-        .run(async move {
-            Ok((
-                LockService::connect(redis_b.config()).await?,
-                Redisson::connect(&redis_b).await?,
-                Raw::connect(&redis_b).await?,
-            ))
-        })
-        .await?;
+    let (a, redisson_a, holder_raw) = connect_side(holder, ctx.redis.clone()).await?;
+    let (b, redisson_b, waiter_raw) = connect_side(waiter, redis_b).await?;
     Ok(Sides {
         a,
         b,
@@ -304,6 +288,18 @@ async fn connect(
         waiter_rt: waiter.handle().clone(),
         scripts,
     })
+}
+
+/// One side's service, Redisson-style service and raw connection, made on `peer`'s runtime.
+async fn connect_side(peer: &Peer, redis: Endpoint) -> Result<(LockService, Redisson, Raw)> {
+    peer.run(async move {
+        Ok((
+            LockService::connect(redis.config()).await?,
+            Redisson::connect(&redis).await?,
+            Raw::connect(&redis).await?,
+        ))
+    })
+    .await
 }
 
 pub(crate) async fn run(ctx: &Ctx) -> Result<Scenario> {

@@ -16,10 +16,11 @@ use serde_json::json;
 use tokio::task::JoinSet;
 
 use crate::annotated;
-use crate::ctx::{Counts, Ctx, LEASE, Result};
+use crate::ctx::{Counts, Ctx, LEASE};
+use crate::error::Result;
 use crate::raw::{self, Raw};
 use crate::redisson::Redisson;
-use crate::report::{Scenario, Target, per_op, ratio};
+use crate::report::{PAIR_COST_HEADERS, Scenario, Target, pair_cost_cells, ratio};
 
 const NAMES: [&str; 5] = [
     "baseline (raw redis)",
@@ -94,7 +95,7 @@ async fn slice(variant: usize, paths: &Paths, slice: Duration) -> Result<u64> {
                 }
                 pairs += 1;
             }
-            Ok::<_, crate::ctx::BoxError>(pairs)
+            Ok::<_, crate::error::BoxError>(pairs)
         });
     }
     let mut total = 0;
@@ -141,16 +142,10 @@ pub(crate) async fn run(ctx: &Ctx) -> Result<Scenario> {
              ({slices} interleaved slices)",
             length.as_secs_f64() * slices as f64
         ),
-        headers: vec![
-            "variant",
-            "pairs/s",
-            "vs baseline",
-            "cmds/pair",
-            "round trips/pair",
-            "script us/pair",
-            "client CPU us/pair",
-            "redis CPU us/pair",
-        ],
+        headers: vec!["variant", "pairs/s", "vs baseline"]
+            .into_iter()
+            .chain(PAIR_COST_HEADERS)
+            .collect(),
         rows: Vec::new(),
         notes: vec![
             "LockService, watchdog: `.lock(key).wait(..)` without `.lease(..)`, the hold's lease \
@@ -164,16 +159,16 @@ pub(crate) async fn run(ctx: &Ctx) -> Result<Scenario> {
     };
     for (i, name) in NAMES.iter().enumerate() {
         let c = &counts[i];
-        scenario.rows.push(vec![
-            (*name).into(),
-            format!("{:.0}", rate(i)),
-            ratio(rate(i) / rate(0)),
-            per_op(c.commands(), pairs[i]),
-            per_op(c.requests(), pairs[i]),
-            per_op(c.request_usec(), pairs[i]),
-            per_op(c.client_cpu_us, pairs[i]),
-            per_op(c.server_cpu_us, pairs[i]),
-        ]);
+        scenario.rows.push(
+            vec![
+                (*name).into(),
+                format!("{:.0}", rate(i)),
+                ratio(rate(i) / rate(0)),
+            ]
+            .into_iter()
+            .chain(pair_cost_cells(c, pairs[i]))
+            .collect(),
+        );
         scenario.variants.push(json!({
             "variant": name,
             "pairs": pairs[i],

@@ -22,10 +22,11 @@ use tokio::sync::Barrier;
 use tokio::task::JoinSet;
 
 use crate::conn::Endpoint;
-use crate::ctx::{Counts, Ctx, LEASE, Result};
+use crate::ctx::{Counts, Ctx, LEASE, PHASE_LIMIT, within};
+use crate::error::Result;
 use crate::raw::{self, Raw};
 use crate::redisson::Redisson;
-use crate::report::{Samples, Scenario, Target, f1, per_op, ratio};
+use crate::report::{Samples, Scenario, Target, cost_cells, f1, ratio};
 
 const WORKERS: usize = 16;
 const KEY: &str = "bench:s3";
@@ -216,11 +217,8 @@ pub(crate) async fn run(ctx: &Ctx) -> Result<Scenario> {
     }
     let mut outcomes = Vec::new();
     for &kind in &kinds {
-        let limit = Duration::from_secs(120);
-        let outcome = tokio::time::timeout(limit, run_kind(ctx, kind, sections))
-            .await
-            .map_err(|_| format!("S3 {} did not finish within {limit:?}", kind.name()))?
-            .map_err(|e| format!("S3 {}: {e}", kind.name()))?;
+        let what = format!("S3 {}", kind.name());
+        let outcome = within(PHASE_LIMIT, what, run_kind(ctx, kind, sections)).await?;
         outcomes.push((kind, outcome));
     }
 
@@ -261,28 +259,29 @@ pub(crate) async fn run(ctx: &Ctx) -> Result<Scenario> {
         let base = &outcomes[i / 3 * 3].1;
         let redisson = &outcomes[i / 3 * 3 + 2].1;
         let cmds = o.counts.commands() as f64 / o.grants.max(1) as f64;
-        scenario.rows.push(vec![
-            kind.name(),
-            format!("{:.0}", rate(o)),
-            ratio(rate(o) / rate(base)),
-            ratio(rate(o) / rate(redisson)),
-            f1(o.waits.pct(0.99)),
-            f1(o.waits.max()),
-            format!("{:.1}%", handoff(o) * 100.0),
-            format!(
-                "{}{}",
-                o.counter,
-                if o.counter == expected {
-                    " ok"
-                } else {
-                    " WRONG"
-                }
-            ),
-            per_op(o.counts.commands(), o.grants),
-            per_op(o.counts.requests(), o.grants),
-            per_op(o.counts.client_cpu_us, o.grants),
-            per_op(o.counts.server_cpu_us, o.grants),
-        ]);
+        scenario.rows.push(
+            vec![
+                kind.name(),
+                format!("{:.0}", rate(o)),
+                ratio(rate(o) / rate(base)),
+                ratio(rate(o) / rate(redisson)),
+                f1(o.waits.pct(0.99)),
+                f1(o.waits.max()),
+                format!("{:.1}%", handoff(o) * 100.0),
+                format!(
+                    "{}{}",
+                    o.counter,
+                    if o.counter == expected {
+                        " ok"
+                    } else {
+                        " WRONG"
+                    }
+                ),
+            ]
+            .into_iter()
+            .chain(cost_cells(&o.counts, o.grants))
+            .collect(),
+        );
         scenario.variants.push(json!({
             "variant": kind.name(),
             "critical_sections": o.grants,

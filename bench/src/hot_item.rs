@@ -18,8 +18,9 @@ use serde_json::json;
 use tokio::sync::Barrier;
 use tokio::task::JoinSet;
 
-use crate::ctx::{BoxError, Counts, Ctx, LEASE, Result};
-use crate::report::{Samples, Scenario, Target, f1, per_op, ratio};
+use crate::ctx::{Counts, Ctx, LEASE, PHASE_LIMIT, within};
+use crate::error::{BoxError, Result};
+use crate::report::{Samples, Scenario, Target, cost_cells, f1, per_op, ratio};
 
 const SERVICES: usize = 4;
 const WORKERS: usize = 16;
@@ -147,11 +148,8 @@ pub(crate) async fn run(ctx: &Ctx) -> Result<Scenario> {
     let mut outcomes = Vec::new();
     for kind in kinds {
         goods += 1;
-        let limit = Duration::from_secs(120);
-        let outcome = tokio::time::timeout(limit, run_kind(ctx, kind, goods, buys))
-            .await
-            .map_err(|_| format!("S5 {} did not finish within {limit:?}", kind.name()))?
-            .map_err(|e| format!("S5 {}: {e}", kind.name()))?;
+        let what = format!("S5 {}", kind.name());
+        let outcome = within(PHASE_LIMIT, what, run_kind(ctx, kind, goods, buys)).await?;
         outcomes.push((kind, outcome));
     }
 
@@ -197,20 +195,21 @@ pub(crate) async fn run(ctx: &Ctx) -> Result<Scenario> {
     for (i, (kind, o)) in outcomes.iter().enumerate() {
         let base = &outcomes[i / 2 * 2].1;
         let lock_calls = o.activity.holds + o.activity.busy;
-        scenario.rows.push(vec![
-            kind.name(),
-            format!("{:.0}", rate(o)),
-            ratio(rate(o) / rate(base)),
-            f1(o.latency.median()),
-            f1(o.latency.pct(0.99)),
-            per_op(lock_calls, o.buys),
-            o.activity.max_holding.to_string(),
-            if o.stock_exact { "ok" } else { "WRONG" }.to_owned(),
-            per_op(o.counts.commands(), o.buys),
-            per_op(o.counts.requests(), o.buys),
-            per_op(o.counts.client_cpu_us, o.buys),
-            per_op(o.counts.server_cpu_us, o.buys),
-        ]);
+        scenario.rows.push(
+            vec![
+                kind.name(),
+                format!("{:.0}", rate(o)),
+                ratio(rate(o) / rate(base)),
+                f1(o.latency.median()),
+                f1(o.latency.pct(0.99)),
+                per_op(lock_calls, o.buys),
+                o.activity.max_holding.to_string(),
+                if o.stock_exact { "ok" } else { "WRONG" }.to_owned(),
+            ]
+            .into_iter()
+            .chain(cost_cells(&o.counts, o.buys))
+            .collect(),
+        );
         scenario.variants.push(json!({
             "variant": kind.name(),
             "segments": kind.segments,

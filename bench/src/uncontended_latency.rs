@@ -7,16 +7,19 @@
 //! Target: our median at most 1.05x the raw baseline's, for `LockService` and for the annotated
 //! fn (informational on a cluster, where the issue sets no S1 target).
 
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 use lock_runtime::LockService;
 use serde_json::json;
 
 use crate::annotated;
-use crate::ctx::{Counts, Ctx, LEASE, Result};
+use crate::ctx::{Ctx, LEASE};
+use crate::error::Result;
 use crate::raw::{self, Raw};
 use crate::redisson::Redisson;
-use crate::report::{Samples, Scenario, Target, f1, per_op, ratio};
+use crate::report::{
+    PAIR_COST_HEADERS, Scenario, Target, f1, interleaved_rounds, pair_cost_cells, ratio,
+};
 
 const NAMES: [&str; 4] = [
     "baseline (raw redis)",
@@ -85,26 +88,10 @@ pub(crate) async fn run(ctx: &Ctx) -> Result<Scenario> {
             paths.pair(variant).await?;
         }
     }
-    let mut samples = vec![Samples::default(); NAMES.len()];
-    let mut counts = vec![Counts::default(); NAMES.len()];
-    for round in 0..rounds {
-        for i in 0..NAMES.len() {
-            let variant = (round + i) % NAMES.len();
-            let (round_samples, round_counts) = ctx
-                .counted(async {
-                    let mut s = Samples::default();
-                    for _ in 0..per_round {
-                        let t = Instant::now();
-                        paths.pair(variant).await?;
-                        s.push(t.elapsed());
-                    }
-                    Ok(s)
-                })
-                .await?;
-            samples[variant].extend(&round_samples);
-            counts[variant].add(&round_counts);
-        }
-    }
+    let (samples, counts) = interleaved_rounds(ctx, NAMES.len(), rounds, per_round, async |v| {
+        paths.pair(v).await
+    })
+    .await?;
 
     let pairs = (rounds * per_round) as u64;
     let base = samples[0].median();
@@ -119,12 +106,10 @@ pub(crate) async fn run(ctx: &Ctx) -> Result<Scenario> {
             "median us",
             "p99 us",
             "vs baseline",
-            "cmds/pair",
-            "round trips/pair",
-            "script us/pair",
-            "client CPU us/pair",
-            "redis CPU us/pair",
-        ],
+        ]
+        .into_iter()
+        .chain(PAIR_COST_HEADERS)
+        .collect(),
         rows: Vec::new(),
         notes: vec![
             "cmds = every command Redis ran (INFO commandstats, commands inside scripts \
@@ -139,17 +124,17 @@ pub(crate) async fn run(ctx: &Ctx) -> Result<Scenario> {
     };
     for (i, name) in NAMES.iter().enumerate() {
         let (s, c) = (&samples[i], &counts[i]);
-        scenario.rows.push(vec![
-            (*name).into(),
-            f1(s.median()),
-            f1(s.pct(0.99)),
-            ratio(s.median() / base),
-            per_op(c.commands(), pairs),
-            per_op(c.requests(), pairs),
-            per_op(c.request_usec(), pairs),
-            per_op(c.client_cpu_us, pairs),
-            per_op(c.server_cpu_us, pairs),
-        ]);
+        scenario.rows.push(
+            vec![
+                (*name).into(),
+                f1(s.median()),
+                f1(s.pct(0.99)),
+                ratio(s.median() / base),
+            ]
+            .into_iter()
+            .chain(pair_cost_cells(c, pairs))
+            .collect(),
+        );
         scenario.variants.push(json!({
             "variant": name,
             "latency": s.json(),
