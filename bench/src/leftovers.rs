@@ -5,9 +5,10 @@
 //! key locked; `MEMORY USAGE` of a sample) and the change of DBSIZE. What is left is deleted
 //! afterwards (UNLINK), so later scenarios do not see it.
 //!
-//! Target: everything our locks leave expires within the configured `fence_idle_ttl` (5 min
-//! by default): no key without a TTL, and the longest PTTL at most `fence_idle_ttl`. The raw
-//! baseline deletes its key at release and should leave nothing.
+//! Target: no key is left per lock key after its last hold; the fencing counters (one per
+//! cluster slot, `<prefix>fence:{<n>}`, never expiring) are counted apart: at most 16,384,
+//! whatever the number of keys. The raw baseline deletes its key at release and should leave
+//! nothing.
 
 use std::collections::BTreeMap;
 use std::time::{Duration, Instant};
@@ -50,6 +51,9 @@ struct Left {
     without_ttl: usize,
     /// `MEMORY USAGE` of a sample of the keys left, in bytes.
     usage: Samples,
+    /// The fencing counters on the server after the run (ours only; shared by every lock of a
+    /// cluster slot).
+    counters: usize,
 }
 
 /// Locks and releases keys `0..n`, `TASKS` at a time.
@@ -136,6 +140,12 @@ async fn run_variant(
         format!("{}{{bench:s6:*", ctx.config().prefix())
     };
     let keys = scan(&mut admin, &pattern).await?;
+    let counters = if variant == RAW {
+        0
+    } else {
+        let counters = format!("{}fence:{{*", ctx.config().prefix());
+        scan(&mut admin, &counters).await?.len()
+    };
     let mut kinds = BTreeMap::new();
     for key in &keys {
         let kind = match (key.split_once('{'), key.rsplit_once('}')) {
@@ -188,6 +198,7 @@ async fn run_variant(
         pttl_ms,
         without_ttl,
         usage,
+        counters,
     })
 }
 
@@ -213,13 +224,11 @@ pub(crate) async fn run(ctx: &Ctx) -> Result<Scenario> {
         );
     }
 
-    let idle_ttl = ctx.config().fence_idle_ttl();
-    let idle_ttl_text = idle_ttl.map_or("never".to_owned(), |t| format!("{} s", t.as_secs()));
     let mut scenario = Scenario {
         id: "S6",
         title: format!(
             "what locks leave on Redis: {TASKS} tasks lock and release {n} distinct keys once \
-             each; fence_idle_ttl {idle_ttl_text}"
+             each"
         ),
         headers: vec![
             "variant",
@@ -233,18 +242,19 @@ pub(crate) async fn run(ctx: &Ctx) -> Result<Scenario> {
             "PTTL min s",
             "PTTL max s",
             "no TTL",
+            "fence counters",
         ],
         rows: Vec::new(),
         notes: vec![format!(
             "keys left = keys under the variant's names after the run (SCAN), deleted \
              afterwards; used_memory delta = INFO memory before and after, over the {n} keys \
-             locked; MEMORY USAGE = mean over up to {SAMPLE} of the keys left"
+             locked; MEMORY USAGE = mean over up to {SAMPLE} of the keys left; fence counters \
+             = the per-slot counters on the server after the run (not per lock key)"
         )],
         targets: Vec::new(),
         variants: Vec::new(),
         extra: json!({
             "distinct_keys": n,
-            "fence_idle_ttl_s": idle_ttl.map(|t| t.as_secs()),
         }),
     };
     for (i, l) in left.iter().enumerate() {
@@ -271,6 +281,11 @@ pub(crate) async fn run(ctx: &Ctx) -> Result<Scenario> {
             secs(l.pttl_ms.pct(0.0)),
             secs(l.pttl_ms.max()),
             l.without_ttl.to_string(),
+            if i == RAW {
+                "-".into()
+            } else {
+                l.counters.to_string()
+            },
         ]);
         scenario.variants.push(json!({
             "variant": NAMES[i],
@@ -291,6 +306,7 @@ pub(crate) async fn run(ctx: &Ctx) -> Result<Scenario> {
                 "max": l.pttl_ms.max(),
             },
             "keys_without_ttl": l.without_ttl,
+            "fence_counters": l.counters,
             "redis": l.counts.json(n as u64),
         }));
     }
@@ -307,25 +323,19 @@ pub(crate) async fn run(ctx: &Ctx) -> Result<Scenario> {
         }
     }
     let ours = &left[OURS];
-    let longest_ms = ours.pttl_ms.max();
-    let within = match idle_ttl {
-        Some(ttl) => longest_ms <= ttl.as_millis() as f64,
-        None => ours.keys == 0,
-    };
     scenario.targets.push(Target::new(
         format!(
-            "{}: every key left expires within fence_idle_ttl ({idle_ttl_text}): none without \
-             TTL, max PTTL <= fence_idle_ttl",
+            "{}: no key left per lock key after its last hold (fence counters: at most one per \
+             cluster slot, 16,384)",
             NAMES[OURS]
         ),
         format!(
-            "{} keys left ({:.2} per key locked), {} without TTL, max PTTL {:.1} s",
+            "{} keys left under the lock names ({:.2} per key locked); {} fence counters",
             ours.keys,
             ours.keys as f64 / n as f64,
-            ours.without_ttl,
-            longest_ms / 1e3
+            ours.counters
         ),
-        ours.without_ttl == 0 && within,
+        ours.keys == 0 && ours.counters <= 16_384,
     ));
     scenario.targets.push(Target::info(
         format!("{}: leaves no key", NAMES[RAW]),

@@ -20,7 +20,7 @@
 //! | S3 ([`contention`]) | contention: 16 workers on one key, 1 instance x 16 and 4 instances x 4 | across 4 services x 4: >= 1.5x raw critical sections/s, <= 10 Redis commands per critical section, >= 80% hand-off |
 //! | S4 ([`wakeup`]) | wake-up latency: time from a release to the blocked waiter's acquire | across services: median <= 1 PING round trip, p99 <= 2; <= 1 acquire attempt per wake-up; fewer commands per hand-off than Redisson-style |
 //! | S5 ([`hot_item`]) | a hot item: 16 workers of 4 services buying from one key or 8 segments (`lock_examples::segmented`) | none: reported |
-//! | S6 ([`leftovers`]) | what locks leave: lock and release 100,000 distinct keys (5,000 with `--quick`) | everything left expires within `fence_idle_ttl` (5 min by default) |
+//! | S6 ([`leftovers`]) | what locks leave: lock and release 100,000 distinct keys (5,000 with `--quick`) | no key left per lock key after its last hold (fence counters: at most one per cluster slot) |
 //!
 //! and the lock family's figures (write lock, read-write lock, multi-key locks, semaphore):
 //! S1F, S3W, S3RW, S3M, S3SEM, see [`family`]. Checks the issue sets no target for (in that

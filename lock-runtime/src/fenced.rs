@@ -74,11 +74,12 @@
 //!
 //! # What the tokens promise
 //!
-//! Tokens strictly increase per lock key, across grants, expiry, release and force-unlock, and
-//! each is at least the Redis server's clock in microseconds when it was issued (see the crate
-//! docs' "Data on Redis"), so they keep increasing when the lock's counter key is lost (expired
-//! after `fence_idle_ttl`, or lost in a failover) as long as the clock of the server issuing
-//! them does not go back by more than the time in between. Tokens of *different* lock keys
+//! Tokens strictly increase per lock key, across grants, expiry, release and force-unlock, also
+//! when the server's clock steps back: they come from a counter per cluster slot that never
+//! expires. Each is also at least the Redis server's clock in microseconds when it was issued
+//! (see the crate docs' "Data on Redis"), so they keep increasing when a counter is lost (in a
+//! failover that dropped the last writes) as long as the clock of the server issuing them does
+//! not go back by more than the time in between. Tokens of *different* lock keys
 //! are not ordered against each other: guard each piece of data with one lock key, and give
 //! every writer of it that lock.
 //!

@@ -61,7 +61,8 @@ pub struct LockInfo {
     /// The fencing token of the current grant (a read-write lock's: of its write hold),
     /// `None` when free (and for a semaphore, whose grants each got one of their own).
     pub fence: Option<u64>,
-    /// The last fencing token issued for this key, `None` when none ever was.
+    /// The last fencing token issued in this key's cluster slot (the counter of the slot serves
+    /// every lock in it): at least the last token of this key; `None` when none ever was.
     pub last_fence: Option<u64>,
     /// How many permits a semaphore has (the count its latest acquirer passed); `None` for
     /// the other kinds.
@@ -266,9 +267,7 @@ pub(crate) async fn inspect(
 ) -> Result<LockInfo, LockError> {
     let names = engine.names(layout.namespace, key)?;
     let mut call = ScriptCall::new(&scripts::INSPECT, 3);
-    call.key(&names.lock)
-        .key(&names.fence())
-        .key(&names.queue());
+    call.key(&names.lock).key(names.fence()).key(&names.queue());
     type Reply = (Vec<(String, String)>, i64, i64, i64, i64);
     let (fields, pttl, last, waiting, now_ms): Reply = engine.backend.run("inspect", &call).await?;
     let local = &engine.local;

@@ -223,7 +223,7 @@ impl LockService {
     ///
     /// Every holder loses it: a holder in this service learns it at once (`lost()` fires), one
     /// elsewhere at its next renewal, or at its validity deadline. Their releases then fail
-    /// with [`ErrorKind::NotHeld`](crate::ErrorKind::NotHeld) and never touch a newer grant. The fence counter stays, so
+    /// with [`ErrorKind::NotHeld`](crate::ErrorKind::NotHeld) and never touch a newer grant. The fence counters stay, so
     /// tokens keep increasing. [`force_unlock`](Self::force_unlock) is this for a mutex.
     ///
     /// # Errors

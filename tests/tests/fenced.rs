@@ -400,3 +400,143 @@ fenced_tests!(
     a_hash_writes_all_fields_or_none,
     a_holder_paused_past_its_lease_cannot_write,
 );
+
+/// Fencing counters: one per cluster slot (`<prefix>fence:{<n>}`), never expiring, so tokens
+/// keep increasing when the server's clock steps back, and nothing is left per lock key.
+mod counters {
+    use std::collections::HashSet;
+    use std::time::Duration;
+
+    use lock_runtime::{LockConfig, LockService};
+    use lock_tests::harness::{FakeClock, Spec, Topology};
+    use redis::AsyncCommands;
+
+    async fn service(topology: &Topology) -> LockService {
+        LockService::connect(LockConfig::single(topology.url()))
+            .await
+            .expect("connect")
+    }
+
+    async fn raw(topology: &Topology) -> redis::aio::MultiplexedConnection {
+        redis::Client::open(topology.url())
+            .expect("url")
+            .get_multiplexed_async_connection()
+            .await
+            .expect("connect")
+    }
+
+    /// Deletes whatever expired, as a later access would: `SCAN` visits every key and deletes
+    /// the expired ones it meets (`KEYS` only skips them).
+    async fn expire_what_ran_out(conn: &mut redis::aio::MultiplexedConnection) {
+        let mut cursor = 0_u64;
+        loop {
+            let (next, _): (u64, Vec<String>) = redis::cmd("SCAN")
+                .arg(cursor)
+                .arg("COUNT")
+                .arg(1000)
+                .query_async(conn)
+                .await
+                .expect("SCAN");
+            if next == 0 {
+                break;
+            }
+            cursor = next;
+        }
+    }
+
+    async fn token(locks: &LockService, key: &str) -> u64 {
+        let guard = locks
+            .lock(key)
+            .lease(Duration::from_secs(5))
+            .await
+            .expect("lock");
+        let token = guard.fence();
+        guard.release().await.expect("release");
+        token
+    }
+
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn tokens_keep_increasing_when_the_server_clock_steps_back() {
+        let clock = FakeClock::install();
+        let topology = Topology::start(Spec::Single).await;
+        let locks = service(&topology).await;
+        let mut conn = raw(&topology).await;
+        let mut last = token(&locks, "fence:clock").await;
+        let mut rw_last = locks.write("fence:clock").await.expect("write").fence();
+        // hours pass without a grant (far past any idle expiry a counter could have) ...
+        clock.set_offset(6 * 3600);
+        expire_what_ran_out(&mut conn).await;
+        // ... then the clock steps back (an NTP step, a restored snapshot, a failover to a
+        // node whose clock lags): every token issued since is the clock's, an hour behind
+        for back in [-3600, -7200] {
+            clock.set_offset(back);
+            let next = token(&locks, "fence:clock").await;
+            assert!(
+                next > last,
+                "a token went backwards after the clock stepped back {back} s: {next} <= {last}"
+            );
+            last = next;
+            let write = locks.write("fence:clock").await.expect("write");
+            assert!(write.fence() > rw_last, "{} <= {rw_last}", write.fence());
+            rw_last = write.fence();
+            write.release().await.expect("release");
+        }
+        drop(clock);
+    }
+
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn tokens_keep_increasing_when_the_counter_is_deleted() {
+        let topology = Topology::start(Spec::Single).await;
+        let locks = service(&topology).await;
+        let mut conn = raw(&topology).await;
+        let first = token(&locks, "fence:deleted").await;
+        let counters: Vec<String> = conn.keys("lock:fence:*").await.expect("KEYS");
+        assert_eq!(
+            counters.len(),
+            1,
+            "one counter for the key's slot: {counters:?}"
+        );
+        let _: () = conn.del(&counters).await.expect("DEL");
+        // the server clock is the backstop
+        let second = token(&locks, "fence:deleted").await;
+        assert!(second > first, "{second} <= {first}");
+    }
+
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn no_key_is_left_per_lock_key_only_counters_per_slot() {
+        let topology = Topology::start(Spec::Single).await;
+        let locks = service(&topology).await;
+        let mut conn = raw(&topology).await;
+        let keys: Vec<String> = (0..300).map(|i| format!("fence:left:{i}")).collect();
+        for key in &keys {
+            token(&locks, key).await;
+            locks
+                .write(key.clone())
+                .await
+                .expect("write")
+                .release()
+                .await
+                .expect("release");
+            let permit = locks
+                .semaphore(key.clone(), 2)
+                .acquire()
+                .await
+                .expect("permit");
+            permit.release().await.expect("release");
+        }
+        let left: Vec<String> = conn.keys("*").await.expect("KEYS");
+        let mut slots = HashSet::new();
+        for key in left.iter().filter(|k| !k.starts_with("harness:")) {
+            assert!(
+                key.starts_with("lock:fence:{"),
+                "a key was left behind by a lock: {key} (of {} left)",
+                left.len()
+            );
+            let ttl: i64 = conn.pttl(key).await.expect("PTTL");
+            assert_eq!(ttl, -1, "{key}: a counter never expires");
+            assert!(slots.insert(key.clone()));
+        }
+        // at most one counter per slot of the 900 locks (300 keys in 3 namespaces)
+        assert!(left.len() <= 900, "{} counters", left.len());
+    }
+}

@@ -111,7 +111,7 @@ impl Engine {
         for op in ops {
             let names = op.names();
             call.key(&names.lock)
-                .key(&names.fence())
+                .key(names.fence())
                 .key(&names.queue())
                 .key(&names.turn());
         }

@@ -84,7 +84,6 @@ impl Engine {
             scripts::ops(
                 kind.lua,
                 self.backend.publish_command(),
-                Self::fence_ttl_ms_of(&self.config),
                 Self::waiter_horizon_of(&self.config, None),
             )
         })
@@ -115,11 +114,6 @@ impl Engine {
             .with_key(&names.user));
         }
         Ok(())
-    }
-
-    /// The fence counter's idle TTL as the scripts take it (0: never expires).
-    pub(crate) fn fence_ttl_ms_of(config: &LockConfig) -> u64 {
-        config.fence_idle_ttl().map_or(0, Self::millis)
     }
 
     /// The error of a wait that ran out; it names the configured wait, so that logs group.

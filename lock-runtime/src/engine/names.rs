@@ -1,12 +1,12 @@
-//! The Redis names of one lock: the lock key `<prefix><namespace>{<key>}` and the keys and
-//! channel named after it; the way back from a Redis key to the user's key, and the `SCAN`
-//! pattern of the lock keys whose user key matches a glob.
+//! The Redis names of one lock: the lock key `<prefix><namespace>{<key>}`, the keys and channel
+//! named after it and the fence counter of its cluster slot; the way back from a Redis key to
+//! the user's key, and the `SCAN` pattern of the lock keys whose user key matches a glob.
 
-use std::sync::Arc;
+use std::sync::{Arc, LazyLock};
 
 use super::ids::LockKey;
 use crate::error::{ErrorKind, LockError};
-use crate::scripts::{CHANNEL_SUFFIX, FENCE_SUFFIX, QUEUE_SUFFIX, TURN_SUFFIX};
+use crate::scripts::{CHANNEL_SUFFIX, QUEUE_SUFFIX, TURN_SUFFIX};
 
 /// The Redis names of one lock: the lock key, and the keys and channel named after it (made
 /// when needed: the scripts name them themselves).
@@ -15,6 +15,8 @@ pub(crate) struct KeyNames {
     /// The key as the caller wrote it.
     pub(crate) user: Arc<str>,
     pub(crate) lock: LockKey,
+    /// The fence counter of the lock's cluster slot (see [`fence_counter`]).
+    fence: Arc<str>,
 }
 
 impl KeyNames {
@@ -24,7 +26,7 @@ impl KeyNames {
     /// `}` in the key written as `%25`, `%7B` and `%7D`: the hash tag (and so the cluster slot)
     /// is always the whole key, whatever text the key was built from, and since a lock key
     /// always ends with `}`, no key can name another lock's fence counter, waiting set or turn
-    /// marker (`<lock key>:fence` and so on).
+    /// marker (`<lock key>:wq` and so on).
     pub(crate) fn in_namespace(
         prefix: &str,
         namespace: &str,
@@ -51,6 +53,7 @@ impl KeyNames {
         lock.push('}');
         Ok(KeyNames {
             user: key.into(),
+            fence: fence_counter(prefix, slot_of(lock.as_bytes())).into(),
             lock: lock.into(),
         })
     }
@@ -69,7 +72,7 @@ impl KeyNames {
 
     /// The `SCAN MATCH` pattern of the lock keys under `prefix` of every kind whose key matches
     /// the glob `pattern`: the prefix with glob characters escaped, any namespace, and the pattern
-    /// inside the hash tag written the way `KeyNames` writes keys. Auxiliary keys (`…}:fence`,
+    /// inside the hash tag written the way `KeyNames` writes keys. Auxiliary keys (`fence:{n}`,
     /// `…}:wq`, `…}:turn`) never match: they do not end with `}`.
     pub(crate) fn scan_pattern(prefix: &str, pattern: &str) -> String {
         let mut glob = String::with_capacity(prefix.len() + pattern.len() + 4);
@@ -92,9 +95,10 @@ impl KeyNames {
         glob
     }
 
-    /// The fence counter.
-    pub(crate) fn fence(&self) -> String {
-        format!("{}{FENCE_SUFFIX}", self.lock)
+    /// The fence counter of the lock's cluster slot: shared by every lock of the slot, never
+    /// expiring (see [`fence_counter`]).
+    pub(crate) fn fence(&self) -> &str {
+        &self.fence
     }
 
     /// The set of services waiting for the lock.
@@ -111,6 +115,57 @@ impl KeyNames {
     pub(crate) fn channel(&self) -> String {
         format!("{}{CHANNEL_SUFFIX}", self.lock)
     }
+}
+
+/// How many cluster slots there are.
+const SLOTS: usize = 16_384;
+
+/// The cluster slot of a Redis key, as Redis computes it: CRC16 (XMODEM) of its hash tag (the
+/// text between the first `{` and the next `}`, when not empty) or of the whole key, mod 16384.
+pub(crate) fn slot_of(key: &[u8]) -> u16 {
+    let tagged = key.iter().position(|&b| b == b'{').and_then(|open| {
+        let rest = &key[open + 1..];
+        let close = rest.iter().position(|&b| b == b'}')?;
+        (close > 0).then(|| &rest[..close])
+    });
+    let mut crc: u16 = 0;
+    for &byte in tagged.unwrap_or(key) {
+        crc ^= u16::from(byte) << 8;
+        for _ in 0..8 {
+            crc = if crc & 0x8000 != 0 {
+                (crc << 1) ^ 0x1021
+            } else {
+                crc << 1
+            };
+        }
+    }
+    crc % SLOTS as u16
+}
+
+/// Per cluster slot, the smallest number whose decimal text hashes to that slot: the hash tag
+/// of the slot's fence counter. A fixed table (the same in every process and version), made
+/// once, in a few milliseconds.
+static FENCE_TAGS: LazyLock<Box<[u32]>> = LazyLock::new(|| {
+    let mut tags = vec![u32::MAX; SLOTS].into_boxed_slice();
+    let mut missing = SLOTS;
+    let mut n: u32 = 0;
+    while missing > 0 {
+        let slot = usize::from(slot_of(n.to_string().as_bytes()));
+        if tags[slot] == u32::MAX {
+            tags[slot] = n;
+            missing -= 1;
+        }
+        n += 1;
+    }
+    tags
+});
+
+/// `<prefix>fence:{<n>}`: the fencing-token counter of every lock in `slot` under `prefix`,
+/// with `n` from [`FENCE_TAGS`], so that it lives in that slot. At most one counter per slot,
+/// whatever the number of lock keys; counters never expire. No lock key has this form (a lock
+/// key has `{` or a kind's namespace right after the prefix, never `fence:`).
+fn fence_counter(prefix: &str, slot: u16) -> String {
+    format!("{prefix}fence:{{{}}}", FENCE_TAGS[usize::from(slot)])
 }
 
 /// Undoes `KeyNames`' escaping of `%`, `{` and `}` (left to right, so `%257B` is `%7B`).
@@ -144,7 +199,7 @@ mod tests {
     fn key_names_use_a_hash_tag() {
         let n = KeyNames::in_namespace("lock:", "", "goods:42").unwrap();
         assert_eq!(&*n.lock, "lock:{goods:42}");
-        assert_eq!(n.fence(), "lock:{goods:42}:fence");
+        assert_eq!(n.fence(), fence_counter("lock:", slot_of(b"goods:42")));
         assert_eq!(n.channel(), "lock:{goods:42}:ch");
         // braces from the key never choose the hash tag, and a key can never name another
         // lock's counter, waiting set or turn marker
@@ -153,7 +208,7 @@ mod tests {
         let n = KeyNames::in_namespace("lock:", "", "a}:x{b").unwrap();
         assert_eq!(&*n.lock, "lock:{a%7D:x%7Bb}");
         let victim = KeyNames::in_namespace("lock:", "", "a{t}").unwrap();
-        for reserved in [":fence", ":wq", ":turn", ":ch"] {
+        for reserved in [":wq", ":turn", ":ch"] {
             let n = KeyNames::in_namespace("lock:", "", &format!("a{{t}}{reserved}")).unwrap();
             assert_ne!(*n.lock, *format!("{}{reserved}", victim.lock));
             assert!(n.lock.ends_with('}'));
@@ -182,7 +237,7 @@ mod tests {
                 for other in ["", "rw:", "sem:"].iter().filter(|n| **n != namespace) {
                     assert_eq!(KeyNames::parse("lock:", other, &names.lock), None);
                 }
-                for aux in [names.fence(), names.queue(), names.turn()] {
+                for aux in [names.fence().to_owned(), names.queue(), names.turn()] {
                     assert_eq!(KeyNames::parse("lock:", namespace, &aux), None);
                 }
             }
@@ -204,5 +259,49 @@ mod tests {
             KeyNames::scan_pattern("lock:", "shop:{7}*"),
             "lock:*{shop:%7B7%7D*}"
         );
+    }
+
+    #[test]
+    fn slots_are_redis_cluster_slots() {
+        use redis::cluster_routing::Slot;
+        for key in [
+            "goods:42",
+            "lock:{goods:42}",
+            "a{}b",
+            "{",
+            "x{y",
+            "fence:{12}",
+            "",
+        ] {
+            assert_eq!(
+                Some(Slot::for_key(key)),
+                Slot::new(slot_of(key.as_bytes())),
+                "{key}"
+            );
+        }
+        // known values from the cluster spec
+        assert_eq!(slot_of(b"123456789"), 0x31c3);
+    }
+
+    #[test]
+    fn every_slot_has_one_fence_counter_in_that_slot() {
+        let mut names = std::collections::HashSet::new();
+        for slot in 0..SLOTS as u16 {
+            let name = fence_counter("lock:", slot);
+            assert_eq!(slot_of(name.as_bytes()), slot, "{name}");
+            assert!(names.insert(name));
+            // never a lock key of any namespace
+            for namespace in ["", "rw:", "sem:"] {
+                assert_eq!(
+                    KeyNames::parse("lock:", namespace, &fence_counter("lock:", slot)),
+                    None
+                );
+            }
+        }
+        // a lock and its counter share a slot, whatever the key
+        for key in ["goods:42", "shop:{7}:a", "100%", "x}y"] {
+            let n = KeyNames::in_namespace("lock:", "rw:", key).unwrap();
+            assert_eq!(slot_of(n.fence().as_bytes()), slot_of(n.lock.as_bytes()));
+        }
     }
 }

@@ -1,6 +1,6 @@
 //! The mutex: one owner at a time, re-entrant along a call chain, handed to the next waiter of
 //! the releasing service on the server. Key layout: the hash `<prefix>{<key>}` (owner field ->
-//! the ids of its grants, `:fence` -> the current token), `<lock>:fence` (last token issued),
+//! the ids of its grants, `:fence` -> the current token), the fence counter of its slot,
 //! `<lock>:wq` (services waiting), `<lock>:turn` (the service whose turn it is), the channel
 //! `<lock>:ch`. Scripts: `kinds/mutex/`.
 

@@ -1,6 +1,6 @@
 //! The read-write lock: many readers or one writer. Key layout: the hash
 //! `<prefix>rw:{<key>}` (see `kinds/rw/state.lua`: the write hold, each read hold with its own
-//! expiry, the current write token), `<lock>:fence` (last token issued), `<lock>:wq` (services
+//! expiry, the current write token), the fence counter of its slot, `<lock>:wq` (services
 //! waiting), `<lock>:turn` (services with a writer waiting: writer preference), the channel
 //! `<lock>:ch`. Scripts: `kinds/rw/`.
 

@@ -1,8 +1,7 @@
 //! The semaphore: at most N permits held cluster-wide, each grant with its own lease (or the
 //! watchdog's), so a crashed holder's permits come back. Key layout: the hash
-//! `<prefix>sem:{<name>}` (see `kinds/semaphore/semaphore.lua`), `<key>:fence` (last token
-//! issued), `<key>:wq` (services waiting), the channel `<key>:ch`. Scripts:
-//! `kinds/semaphore/`.
+//! `<prefix>sem:{<name>}` (see `kinds/semaphore/semaphore.lua`), the fence counter of its slot,
+//! `<key>:wq` (services waiting), the channel `<key>:ch`. Scripts: `kinds/semaphore/`.
 
 use std::fmt;
 use std::future::{Future, IntoFuture};

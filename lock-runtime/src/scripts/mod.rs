@@ -20,10 +20,9 @@ macro_rules! script {
     };
 }
 
-/// A lock's fence counter, waiting-services set, turn marker and wake-up channel are named
-/// after the lock key with these suffixes. A lock key always ends with the `}` of its hash tag
-/// (see `KeyNames`), so no lock key can be another lock's counter, set or marker.
-pub(crate) const FENCE_SUFFIX: &str = ":fence";
+/// A lock's waiting-services set, turn marker and wake-up channel are named after the lock key
+/// with these suffixes. A lock key always ends with the `}` of its hash tag (see `KeyNames`),
+/// so no lock key can be another lock's set or marker.
 pub(crate) const QUEUE_SUFFIX: &str = ":wq";
 pub(crate) const TURN_SUFFIX: &str = ":turn";
 pub(crate) const CHANNEL_SUFFIX: &str = ":ch";
@@ -39,16 +38,11 @@ pub(crate) const MAX_LEASE_MS: u64 = 3650 * 24 * 3600 * 1000;
 /// The operations of the kind whose Lua is `kind_lua`, with a service's settings:
 /// `prelude.lua`, the kind's functions and `ops.lua`, with every `$` name replaced by its
 /// literal (see `prelude.lua`). Services with the same settings share one script.
-pub(crate) fn ops(
-    kind_lua: &[&str],
-    publish: &str,
-    fence_ttl_ms: u64,
-    yield_horizon_ms: u64,
-) -> Script {
-    Script::new(&ops_text(kind_lua, publish, fence_ttl_ms, yield_horizon_ms))
+pub(crate) fn ops(kind_lua: &[&str], publish: &str, yield_horizon_ms: u64) -> Script {
+    Script::new(&ops_text(kind_lua, publish, yield_horizon_ms))
 }
 
-fn ops_text(kind_lua: &[&str], publish: &str, fence_ttl_ms: u64, yield_horizon_ms: u64) -> String {
+fn ops_text(kind_lua: &[&str], publish: &str, yield_horizon_ms: u64) -> String {
     let mut text = String::from(include_str!("prelude.lua"));
     for part in kind_lua {
         text.push_str(part);
@@ -59,7 +53,6 @@ fn ops_text(kind_lua: &[&str], publish: &str, fence_ttl_ms: u64, yield_horizon_m
         ("$MAX_LEASE", MAX_LEASE_MS.to_string()),
         ("$TURN_MS", TURN_MS.to_string()),
         ("$PUBLISH", format!("'{publish}'")),
-        ("$FENCE_TTL", format!("'{fence_ttl_ms}'")),
         ("$YIELD_HORIZON", yield_horizon_ms.to_string()),
     ];
     for (name, literal) in literals {
@@ -112,14 +105,14 @@ mod tests {
             include_str!("../kinds/mutex/acquire.lua"),
             include_str!("../kinds/mutex/release.lua"),
         ];
-        let text = ops_text(&kind, "spublish", 0, 31_000);
+        let text = ops_text(&kind, "spublish", 31_000);
         assert!(!text.contains('$'), "a setting was left out");
         assert!(text.contains("redis.call('spublish', channel, target)"));
         assert!(text.contains("register_waiter(queue, 31000)"));
         assert!(text.contains("local channel = lock .. ':ch'"));
         assert_ne!(
-            ops(&kind, "spublish", 0, 31_000).get_hash(),
-            ops(&kind, "publish", 0, 31_000).get_hash()
+            ops(&kind, "spublish", 31_000).get_hash(),
+            ops(&kind, "publish", 31_000).get_hash()
         );
     }
 }

@@ -5,8 +5,7 @@
 --   channel, not a key: the lock's keys are all passed in KEYS, so that a call stays correct
 --   while its slot migrates in Redis Cluster);
 -- - $TURN_MS, how long a turn given to another service lasts; $PUBLISH, the command that
---   publishes a wake-up ('publish', or 'spublish' in cluster mode); $FENCE_TTL, the fence
---   counter's idle TTL in ms as text ('0': never expires); $YIELD_HORIZON, how long in ms a
+--   publishes a wake-up ('publish', or 'spublish' in cluster mode); $YIELD_HORIZON, how long in ms a
 --   service stays registered as waiting when its release yields the lock to another service;
 --   $MAX_LEASE, the longest lease in ms a call may ask for.
 --
@@ -18,10 +17,14 @@
 -- operation whose reply was lost can be undone exactly (release that id) and running one twice
 -- changes nothing the second time.
 --
--- Fencing tokens: the next token is max(last token + 1, server clock in microseconds). The
--- counter alone makes tokens strictly increase; the clock keeps them increasing when the counter
--- is lost or stale (a failover that drops the last writes, a flush, expiry after $FENCE_TTL ms
--- without a grant), as long as the clock does not jump back. Tokens stay below 2^53.
+-- Fencing tokens: the next token is max(last token + 1, server clock in microseconds), where the
+-- last token is read from the fence counter of the lock's cluster slot: one counter per slot,
+-- `<prefix>fence:{<n>}` with `n` hashing to the slot (see `KeyNames`), shared by every lock of
+-- that slot and never expiring, so their number is bounded (16,384 at most) whatever the number
+-- of lock keys. The counter makes tokens strictly increase per lock, also when the server's
+-- clock steps back (an NTP step, a restored snapshot, a failover to a node whose clock lags);
+-- the clock keeps them increasing when the counter is lost (a failover that drops the last
+-- writes, a flush). Tokens stay below 2^53.
 
 -- The calling service (ARGV[1], see ops.lua).
 local service = ARGV[1]
@@ -59,19 +62,10 @@ local function next_token(fence_key)
     time = redis.call('time')
   end
   local token = time[1] .. string.sub('00000' .. time[2], -6)
-  local last
-  if $FENCE_TTL ~= '0' then
-    last = redis.call('set', fence_key, token, 'px', $FENCE_TTL, 'get')
-  else
-    last = redis.call('set', fence_key, token, 'get')
-  end
+  local last = redis.call('set', fence_key, token, 'get')
   if last and (#last > #token or (#last == #token and last >= token)) then
     token = string.format('%.0f', tonumber(last) + 1)
-    if $FENCE_TTL ~= '0' then
-      redis.call('set', fence_key, token, 'px', $FENCE_TTL)
-    else
-      redis.call('set', fence_key, token)
-    end
+    redis.call('set', fence_key, token)
   end
   return token
 end

@@ -39,6 +39,7 @@
 //! | `HARNESS_PORT_BASE` | take ports from a per-process window above this port instead of from the OS |
 //! | `HARNESS_READY_TIMEOUT_SECS` | readiness deadline (default 20 s) |
 
+mod clock;
 mod cluster;
 mod node;
 mod ports;
@@ -52,6 +53,7 @@ mod tls;
 mod topology;
 mod util;
 
+pub use clock::FakeClock;
 pub use proxy::{Faults, Proxy};
 pub use shared::{Kind, shared, unique_key};
 pub use tls::{Pki, Validity};

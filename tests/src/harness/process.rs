@@ -172,6 +172,16 @@ pub(crate) fn spawn(mut cmd: Command) -> io::Result<Child> {
         .map_err(|_| io::Error::other("the harness spawner thread is gone"))?
 }
 
+/// Environment variables of every `redis-server` started from now on (see `FakeClock`).
+static SERVER_ENV: std::sync::Mutex<Vec<(OsString, OsString)>> = std::sync::Mutex::new(Vec::new());
+
+/// Sets the environment variables of every `redis-server` started from now on.
+pub(crate) fn set_server_env(vars: Vec<(OsString, OsString)>) {
+    *SERVER_ENV
+        .lock()
+        .unwrap_or_else(std::sync::PoisonError::into_inner) = vars;
+}
+
 /// Starts `program` with `conf` as its first argument, in `dir`, with stdout and stderr appended
 /// to `dir/stdout`.
 ///
@@ -179,6 +189,10 @@ pub(crate) fn spawn(mut cmd: Command) -> io::Result<Child> {
 ///
 /// If the output file cannot be created or the program cannot be started.
 pub(crate) fn spawn_in(program: Program, conf: &Path, dir: &Path) -> Child {
+    let env = SERVER_ENV
+        .lock()
+        .unwrap_or_else(std::sync::PoisonError::into_inner)
+        .clone();
     let out = std::fs::OpenOptions::new()
         .create(true)
         .append(true)
@@ -189,6 +203,9 @@ pub(crate) fn spawn_in(program: Program, conf: &Path, dir: &Path) -> Child {
         .unwrap_or_else(|e| panic!("cannot duplicate a file handle: {e}"));
     let resolved = resolve(program);
     let mut cmd = resolved.command(conf);
+    if program == Program::Server {
+        cmd.envs(env);
+    }
     cmd.current_dir(dir)
         .stdin(Stdio::null())
         .stdout(out)
