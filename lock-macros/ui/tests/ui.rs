@@ -2,7 +2,7 @@
 //! `main` runs), every `fail` case is exactly the one error in its `.stderr` file.
 //!
 //! After changing a message, regenerate the expected output with
-//! `TRYBUILD=overwrite cargo test -p lock-macros --test ui` and review the diff.
+//! `TRYBUILD=overwrite cargo test -p lock-macros-ui --test ui` and review the diff.
 
 #[test]
 fn ui() {
