@@ -1,5 +1,5 @@
-//! The mutex (`LockService::lock`): its semantics on a single node, across OS processes, and
-//! the same semantics on every topology.
+//! The mutex (`LockService::lock`): its semantics on a single node, across OS processes, on
+//! every topology, and its fair waiting and wake-ups.
 
 #[macro_use]
 #[path = "../common/mod.rs"]
@@ -8,3 +8,4 @@ mod common;
 mod processes;
 mod single_node;
 mod topologies;
+mod waiting;

@@ -1,5 +1,5 @@
 //! Lock semantics on a real single-node Redis: exclusion, reentrancy, leases, watchdog,
-//! wake-ups, waiter order, fencing, release rules and cancellation.
+//! fencing, release rules and cancellation (waiter order and wake-ups: `waiting.rs`).
 
 use std::sync::Arc;
 use std::time::{Duration, Instant};
@@ -7,7 +7,6 @@ use std::time::{Duration, Instant};
 use crate::common::{Fixture, evalsha_calls, eventually, waiters_in_line};
 use lock_runtime::{ErrorKind, LockService, OwnerId, owner};
 use lock_tests::harness::{Spec, unique_key};
-use tokio::sync::Mutex;
 
 const WATCHDOG: Duration = Duration::from_millis(300);
 const LONG_WATCHDOG: Duration = Duration::from_secs(30);
@@ -272,123 +271,6 @@ async fn force_unlock_in_the_same_service_marks_the_guard_lost_at_once() {
 }
 
 #[tokio::test]
-async fn waiters_in_one_service_are_served_in_arrival_order_without_barging() {
-    let fx = Fixture::single().await;
-    let locks = fx.service(LONG_WATCHDOG).await;
-    let key = unique_key("fifo");
-    let order = Arc::new(Mutex::new(Vec::new()));
-    let first = locks.lock(&key).await.unwrap();
-    let mut tasks = Vec::new();
-    for i in 0..5 {
-        let (l, k, order) = (locks.clone(), key.clone(), order.clone());
-        tasks.push(tokio::spawn(async move {
-            let g = l.lock(&k).await.unwrap();
-            order.lock().await.push(i);
-            g.release().await.unwrap();
-        }));
-        waiters_in_line(&locks, &key, i + 1).await;
-    }
-    // The holder releases and locks again at once: it must queue behind the five.
-    first.release().await.unwrap();
-    let again = locks.lock(&key).await.unwrap();
-    order.lock().await.push(99);
-    again.release().await.unwrap();
-    for t in tasks {
-        t.await.unwrap();
-    }
-    assert_eq!(*order.lock().await, vec![0, 1, 2, 3, 4, 99]);
-}
-
-/// A release wakes one waiter per service, not all: services A and B have five waiters each.
-/// When the holder (a third service) releases, the turn goes to one of them, whose head takes the
-/// lock; the other service's head looks again once that turn is over and waits on. Script calls
-/// are counted (`INFO commandstats`, on a server of its own) from the release until well after
-/// that second look: the release, one claim, one look again - never a call per waiter.
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn a_release_wakes_one_waiter_per_service_not_all() {
-    let fx = Fixture::own(Spec::Single).await;
-    let holder = fx.service(LONG_WATCHDOG).await;
-    let services = [
-        ("a", fx.service(LONG_WATCHDOG).await),
-        ("b", fx.service(LONG_WATCHDOG).await),
-    ];
-    let key = unique_key("herd");
-    let guard = holder.lock(&key).await.unwrap();
-    let (granted_tx, mut granted) = tokio::sync::mpsc::unbounded_channel();
-    let done = Arc::new(tokio::sync::Semaphore::new(0));
-    let mut tasks = Vec::new();
-    for (name, service) in &services {
-        for i in 0..5 {
-            let (l, k, tx, done, name) = (
-                service.clone(),
-                key.clone(),
-                granted_tx.clone(),
-                done.clone(),
-                *name,
-            );
-            tasks.push(tokio::spawn(async move {
-                let g = l.lock(&k).wait(Duration::from_secs(30)).await.unwrap();
-                tx.send(name).unwrap();
-                let _go = done.acquire().await.unwrap();
-                g.release().await.unwrap();
-            }));
-            waiters_in_line(service, &key, i + 1).await;
-        }
-    }
-    eventually(
-        "both services registered as waiting",
-        Duration::from_secs(5),
-        || async { holder.inspect(&key).await.unwrap().waiting_services == 2 },
-    )
-    .await;
-    let mut con = fx.redis();
-    // the heads' attempts before the release are over once the count stays put
-    let deadline = Instant::now() + Duration::from_secs(5);
-    let mut before = evalsha_calls(&mut con);
-    loop {
-        tokio::time::sleep(Duration::from_millis(200)).await;
-        let now = evalsha_calls(&mut con);
-        if std::mem::replace(&mut before, now) == now {
-            break;
-        }
-        assert!(Instant::now() < deadline, "the waiters never went quiet");
-    }
-
-    guard.release().await.unwrap();
-    let first = tokio::time::timeout(Duration::from_secs(10), granted.recv())
-        .await
-        .expect("a waiter got the lock")
-        .unwrap();
-    // the other service's head looks again after the turn (250 ms): count well past that
-    let window = Instant::now() + Duration::from_secs(1);
-    let mut calls = 0;
-    while Instant::now() < window {
-        calls = evalsha_calls(&mut con) - before;
-        assert!(
-            calls <= 4,
-            "{calls} script calls after one release with 10 waiters in 2 services"
-        );
-        tokio::time::sleep(Duration::from_millis(20)).await;
-    }
-    assert!(
-        calls >= 2,
-        "the release and the claim were counted: {calls}"
-    );
-    assert!(granted.try_recv().is_err(), "one grant");
-    let (winner, loser) = if first == "a" {
-        (&services[0].1, &services[1].1)
-    } else {
-        (&services[1].1, &services[0].1)
-    };
-    assert_eq!(winner.inspect(&key).await.unwrap().local_waiters, 4);
-    assert_eq!(loser.inspect(&key).await.unwrap().local_waiters, 5);
-    done.add_permits(tasks.len());
-    for t in tasks {
-        t.await.unwrap();
-    }
-}
-
-#[tokio::test]
 async fn fencing_tokens_strictly_increase_across_grants_expiry_and_force_unlock() {
     let fx = Fixture::single().await;
     let a = fx.service(LONG_WATCHDOG).await;
@@ -576,24 +458,6 @@ async fn cancelling_acquires_at_any_point_never_leaves_the_lock_held() {
 }
 
 #[tokio::test]
-async fn a_cancelled_waiter_in_line_does_not_block_the_ones_behind_it() {
-    let fx = Fixture::single().await;
-    let locks = fx.service(LONG_WATCHDOG).await;
-    let key = unique_key("cancel-line");
-    let guard = locks.lock(&key).await.unwrap();
-    let (l, k) = (locks.clone(), key.clone());
-    let quitter = tokio::spawn(async move { l.lock(&k).await });
-    waiters_in_line(&locks, &key, 1).await;
-    let (l, k) = (locks.clone(), key.clone());
-    let patient = tokio::spawn(async move { l.lock(&k).wait(Duration::from_secs(5)).await });
-    waiters_in_line(&locks, &key, 2).await;
-    quitter.abort();
-    waiters_in_line(&locks, &key, 1).await;
-    guard.release().await.unwrap();
-    patient.await.unwrap().unwrap().release().await.unwrap();
-}
-
-#[tokio::test]
 async fn timeouts_name_the_key_and_zero_wait_tries_once() {
     let fx = Fixture::single().await;
     let locks: LockService = fx.service(LONG_WATCHDOG).await;
@@ -614,103 +478,6 @@ async fn timeouts_name_the_key_and_zero_wait_tries_once() {
     let err = locks.try_lock(&key).await.unwrap_err();
     assert!(err.is_timeout());
     guard.release().await.unwrap();
-}
-
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn services_take_turns_instead_of_one_keeping_the_lock() {
-    let fx = Fixture::single().await;
-    let a = fx.service(LONG_WATCHDOG).await;
-    let b = fx.service(LONG_WATCHDOG).await;
-    let key = unique_key("turns");
-    let order = Arc::new(Mutex::new(Vec::new()));
-    let first = a.lock(&key).await.unwrap();
-    let mut tasks = Vec::new();
-    for i in 0..3 {
-        for (name, service) in [("a", &a), ("b", &b)] {
-            let (l, k, order) = (service.clone(), key.clone(), order.clone());
-            tasks.push(tokio::spawn(async move {
-                let g = l.lock(&k).wait(Duration::from_secs(10)).await.unwrap();
-                order.lock().await.push(name);
-                tokio::time::sleep(Duration::from_millis(5)).await;
-                g.release().await.unwrap();
-            }));
-            waiters_in_line(service, &key, i + 1).await;
-        }
-    }
-    eventually(
-        "b registered as waiting",
-        Duration::from_secs(5),
-        || async { a.inspect(&key).await.unwrap().waiting_services >= 1 },
-    )
-    .await;
-    first.release().await.unwrap();
-    for t in tasks {
-        t.await.unwrap();
-    }
-    let order = order.lock().await.clone();
-    let switches = order.windows(2).filter(|w| w[0] != w[1]).count();
-    // Without turns service a would hand the lock along its own line first (one switch).
-    assert!(switches >= 3, "{order:?}");
-    assert_eq!(
-        order[0], "b",
-        "the release gave the turn to the waiting service: {order:?}"
-    );
-}
-
-/// Four services with three workers each take turns on one key, 15 critical sections per
-/// worker. A turn that goes from one service to the next costs the release and the next
-/// service's claim, two script calls: the releasing service's next waiter, registered as waiting
-/// by that release, waits for its turn's message instead of asking Redis in vain, and the turns
-/// that go to other services meanwhile do not wake it one by one. Script calls are counted over
-/// the whole run (`INFO commandstats`, on a server of its own); a few per service are allowed
-/// for the first waiter's attempt and its subscription.
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn turns_between_services_cost_a_release_and_a_claim() {
-    const SERVICES: usize = 4;
-    const WORKERS: usize = 3;
-    const ROUNDS: usize = 15;
-    let fx = Fixture::own(Spec::Single).await;
-    let mut services = Vec::new();
-    for _ in 0..SERVICES {
-        services.push(fx.service(LONG_WATCHDOG).await);
-    }
-    let key = unique_key("turn-cost");
-    // a first script call, so that the counter exists
-    services[0]
-        .lock(&key)
-        .await
-        .unwrap()
-        .release()
-        .await
-        .unwrap();
-    let mut con = fx.redis();
-    let before = evalsha_calls(&mut con);
-    let inside = Arc::new(std::sync::atomic::AtomicUsize::new(0));
-    let mut tasks = Vec::new();
-    for service in &services {
-        for _ in 0..WORKERS {
-            let (l, k, inside) = (service.clone(), key.clone(), inside.clone());
-            tasks.push(tokio::spawn(async move {
-                for _ in 0..ROUNDS {
-                    let g = l.lock(&k).wait(Duration::from_secs(30)).await.unwrap();
-                    assert_eq!(inside.fetch_add(1, std::sync::atomic::Ordering::SeqCst), 0);
-                    tokio::time::sleep(Duration::from_millis(1)).await;
-                    inside.fetch_sub(1, std::sync::atomic::Ordering::SeqCst);
-                    g.release().await.unwrap();
-                }
-            }));
-        }
-    }
-    for t in tasks {
-        t.await.unwrap();
-    }
-    let calls = evalsha_calls(&mut con) - before;
-    let sections = (SERVICES * WORKERS * ROUNDS) as u64;
-    let allowed = 2 * sections + 8 * SERVICES as u64;
-    assert!(
-        calls <= allowed,
-        "{calls} script calls for {sections} critical sections (at most {allowed})"
-    );
 }
 
 #[tokio::test]
@@ -837,92 +604,4 @@ async fn sixty_four_concurrent_callers_share_script_calls() {
         calls as usize * 5 <= ops,
         "{ops} operations of {CALLERS} concurrent callers took {calls} script calls"
     );
-}
-
-/// A release gives the next turn to the service that has been registered as waiting longest
-/// (README: "the release gives the next turn to the longest-registered one ... so instances take
-/// turns"). Services A, B and C wait from the start; A has a second waiter with a shorter wait.
-/// Once A and B have had the lock, C - waiting all along - is next, not A again.
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn a_service_that_just_had_the_lock_does_not_get_the_turn_before_one_waiting_longer() {
-    let fx = Fixture::single().await;
-    let holder = fx.service(LONG_WATCHDOG).await;
-    let (a, b, c) = (
-        fx.service(LONG_WATCHDOG).await,
-        fx.service(LONG_WATCHDOG).await,
-        fx.service(LONG_WATCHDOG).await,
-    );
-    let key = unique_key("longest-waiting");
-    let order = Arc::new(Mutex::new(Vec::new()));
-    let first = holder.lock(&key).await.unwrap();
-    let mut tasks = Vec::new();
-    // (waits in ms; those of A, B and C end in the order they came, as their registrations do)
-    for (name, service, wait, in_line) in [
-        ("a", &a, 20_000, 1),
-        ("b", &b, 20_050, 1),
-        ("c", &c, 20_100, 1),
-        ("a", &a, 10_000, 2),
-    ] {
-        let (l, k, order) = (service.clone(), key.clone(), order.clone());
-        tasks.push(tokio::spawn(async move {
-            let g = l.lock(&k).wait(Duration::from_millis(wait)).await.unwrap();
-            order.lock().await.push(name);
-            g.release().await.unwrap();
-        }));
-        waiters_in_line(service, &key, in_line).await;
-    }
-    eventually(
-        "three services registered as waiting",
-        Duration::from_secs(5),
-        || async { holder.inspect(&key).await.unwrap().waiting_services == 3 },
-    )
-    .await;
-    first.release().await.unwrap();
-    for t in tasks {
-        t.await.unwrap();
-    }
-    assert_eq!(*order.lock().await, ["a", "b", "c", "a"]);
-}
-
-/// A waiter stays registered as waiting for its service's watchdog timeout (plus a second), but
-/// the holder's lease may be far longer: it must look again before its registration runs out,
-/// or a release after that publishes to nobody and it sleeps until its wait runs out.
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn a_release_wakes_a_waiter_that_waits_longer_than_its_watchdog_timeout() {
-    let fx = Fixture::single().await;
-    let holder = fx.service(LONG_WATCHDOG).await;
-    let watchdog = Duration::from_millis(300);
-    let waiter_service = fx.service(watchdog).await;
-    let key = unique_key("long-wait");
-    let held = holder.lock(&key).lease(LONG_WATCHDOG).await.unwrap();
-    let waiter = {
-        let key = key.clone();
-        tokio::spawn(async move {
-            waiter_service
-                .lock(&key)
-                .wait(Duration::from_secs(10))
-                .await
-                .map(|g| (g, Instant::now()))
-        })
-    };
-    let info_key = key.clone();
-    eventually("the waiter registered", Duration::from_secs(5), || async {
-        holder.inspect(&info_key).await.unwrap().waiting_services > 0
-    })
-    .await;
-    // well past the waiter's first registration (watchdog + 1 s)
-    tokio::time::sleep(watchdog + Duration::from_secs(2)).await;
-    let released = Instant::now();
-    held.release().await.unwrap();
-    let (guard, granted) = tokio::time::timeout(Duration::from_secs(10), waiter)
-        .await
-        .unwrap()
-        .unwrap()
-        .unwrap();
-    let after = granted - released;
-    assert!(
-        after < Duration::from_secs(1),
-        "the waiter got the lock only {after:?} after the release"
-    );
-    guard.release().await.unwrap();
 }

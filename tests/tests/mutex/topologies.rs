@@ -2,10 +2,9 @@
 //! cluster. Each body below runs once per topology (see `topology_tests!` at the end).
 
 use std::collections::HashMap;
-use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
-use crate::common::{Fixture, Monitor, Worker, acquires_of, eventually, lock_key, waiters_in_line};
+use crate::common::{Fixture, Monitor, Worker, eventually, lock_key, waiters_in_line};
 use lock_runtime::{ErrorKind, LockConfig, LockService, OwnerId, owner};
 use lock_tests::harness::{Kind, unique_key};
 
@@ -79,65 +78,6 @@ async fn the_watchdog_renews_until_release(fx: Fixture) {
     for key in &keys {
         assert!(!locks.is_locked(key).await.unwrap());
     }
-}
-
-/// A waiter of another service sleeps until the release message wakes it. Its only other ways
-/// to wake are far off: the lock's lease (30 s, the hint it sleeps on) and its own wait (20 s).
-/// The release comes only once the waiter is subscribed (`PUBSUB NUMSUB` / `SHARDNUMSUB` on the
-/// node serving the channel) and has made the attempt that follows its subscription (its
-/// attempts are seen with `MONITOR`): before that, the attempt could take the turn the release
-/// gives it without any message.
-async fn a_release_wakes_a_waiter_of_another_service(fx: Fixture) {
-    let holder = fx.service(LONG_WATCHDOG).await;
-    let waiter = fx.service(LONG_WATCHDOG).await;
-    let key = unique_key("wake");
-    let channel = format!("{}:ch", lock_key(&key));
-    let guard = holder.lock(&key).await.unwrap();
-    let attempts = Monitor::start(fx.node_for(&lock_key(&key)), acquires_of(&key)).await;
-    let (w, k) = (waiter.clone(), key.clone());
-    let waiting = tokio::spawn(async move { w.lock(&k).wait(Duration::from_secs(20)).await });
-    eventually(
-        "the waiter subscribed to the wake-up channel",
-        Duration::from_secs(5),
-        || async { fx.subscribers(&channel) == 1 },
-    )
-    .await;
-    // Asleep once it has tried again after subscribing (a release before that attempt could
-    // hand it the turn without a message) and then stays quiet. Today a waiter makes a third
-    // attempt at once after the second: the line's head starts with a stored wake-up permit.
-    eventually(
-        "the waiter tried again after subscribing, then went quiet",
-        Duration::from_secs(5),
-        || async {
-            attempts.sync().await;
-            let n = attempts.count();
-            tokio::time::sleep(Duration::from_millis(200)).await;
-            attempts.sync().await;
-            n >= 2 && attempts.count() == n
-        },
-    )
-    .await;
-    let before = attempts.count();
-    assert_eq!(holder.inspect(&key).await.unwrap().waiting_services, 1);
-    guard.release().await.unwrap();
-    let woken = tokio::time::timeout(Duration::from_secs(10), waiting)
-        .await
-        .unwrap_or_else(|_| {
-            panic!(
-                "the waiter still sleeps 10 s after the release: no wake-up message reached it \
-                 (acquire attempts: {:#?})",
-                attempts.lines()
-            )
-        });
-    let g = woken.unwrap().unwrap();
-    attempts.sync().await;
-    assert_eq!(
-        attempts.count(),
-        before + 1,
-        "woken once, the waiter claimed its turn in one attempt: {:#?}",
-        attempts.lines()
-    );
-    g.release().await.unwrap();
 }
 
 async fn fencing_tokens_strictly_increase(fx: Fixture) {
@@ -338,37 +278,6 @@ async fn lost_fires_when_the_lease_runs_out(fx: Fixture) {
     other.release().await.unwrap();
 }
 
-/// Waiters of one service get the lock in arrival order, and a holder that releases and locks
-/// again queues behind them.
-async fn waiters_of_one_service_are_served_in_arrival_order(fx: Fixture) {
-    let locks = fx.service(LONG_WATCHDOG).await;
-    let key = unique_key("fifo");
-    let order = Arc::new(Mutex::new(Vec::new()));
-    let first = locks.lock(&key).await.unwrap();
-    let mut tasks = Vec::new();
-    for i in 0..5 {
-        let (l, k, order) = (locks.clone(), key.clone(), order.clone());
-        tasks.push(tokio::spawn(async move {
-            let g = l.lock(&k).wait(Duration::from_secs(10)).await.unwrap();
-            order.lock().unwrap().push(i);
-            g.release().await.unwrap();
-        }));
-        waiters_in_line(&locks, &key, i + 1).await;
-    }
-    first.release().await.unwrap();
-    let again = locks
-        .lock(&key)
-        .wait(Duration::from_secs(10))
-        .await
-        .unwrap();
-    order.lock().unwrap().push(99);
-    again.release().await.unwrap();
-    for t in tasks {
-        t.await.unwrap();
-    }
-    assert_eq!(*order.lock().unwrap(), vec![0, 1, 2, 3, 4, 99]);
-}
-
 /// A cancelled acquire leaves the lock free: a waiter dropped while it waits, and waiters
 /// cancelled at varying moments around the release that may hand them the lock (a grant that
 /// reaches a cancelled acquire is given back). The lock has a 30 s lease: only a give-back frees
@@ -476,94 +385,6 @@ async fn only_the_fence_counter_outlives_a_released_lock(fx: Fixture) {
         .query(&mut fx.conn_for(&lock))
         .unwrap();
     assert_eq!(left, vec![fence]);
-}
-
-/// Three services waiting for one lock get it in turn: every service has had it before any has
-/// it twice, and no service keeps it while others wait. (The services' waits end in the order
-/// they arrive, 50 ms apart: the turn order follows the waiters' deadlines, see
-/// `single_locks.rs` for a service that gets the turn back ahead of one waiting longer.)
-async fn three_services_take_turns(fx: Fixture) {
-    let holder = fx.service(LONG_WATCHDOG).await;
-    let services = [
-        ("a", fx.service(LONG_WATCHDOG).await),
-        ("b", fx.service(LONG_WATCHDOG).await),
-        ("c", fx.service(LONG_WATCHDOG).await),
-    ];
-    let key = unique_key("turns3");
-    let order = Arc::new(Mutex::new(Vec::new()));
-    let first = holder.lock(&key).await.unwrap();
-    let mut tasks = Vec::new();
-    let mut wait = Duration::from_secs(20);
-    for i in 0..2 {
-        for (name, service) in &services {
-            let (l, k, order, name) = (service.clone(), key.clone(), order.clone(), *name);
-            tasks.push(tokio::spawn(async move {
-                let g = l.lock(&k).wait(wait).await.unwrap();
-                order.lock().unwrap().push(name);
-                g.release().await.unwrap();
-            }));
-            waiters_in_line(service, &key, i + 1).await;
-            wait += Duration::from_millis(50);
-        }
-    }
-    eventually(
-        "three services registered as waiting",
-        Duration::from_secs(5),
-        || async { holder.inspect(&key).await.unwrap().waiting_services == 3 },
-    )
-    .await;
-    first.release().await.unwrap();
-    for t in tasks {
-        t.await.unwrap();
-    }
-    let order = order.lock().unwrap().clone();
-    for round in order.chunks(3) {
-        let mut names = round.to_vec();
-        names.sort_unstable();
-        assert_eq!(names, ["a", "b", "c"], "each service in turn: {order:?}");
-    }
-}
-
-/// A turn nobody claims runs out: a service registered as waiting ahead of B and went away
-/// (it gets the turn at the release); B gets the lock once the turn ran out (it can't before),
-/// long before the released lock's lease (30 s, what B sleeps on) or its own wait (20 s).
-async fn an_unclaimed_turn_runs_out(fx: Fixture) {
-    let a = fx.service(LONG_WATCHDOG).await;
-    let b = fx.service(LONG_WATCHDOG).await;
-    let key = unique_key("turn-expiry");
-    let queue = format!("{}:wq", lock_key(&key));
-    let held = a.lock(&key).await.unwrap();
-    let (s, k) = (b.clone(), key.clone());
-    let waiting = tokio::spawn(async move { s.lock(&k).wait(Duration::from_secs(20)).await });
-    waiters_in_line(&b, &key, 1).await;
-    eventually(
-        "B registered as waiting",
-        Duration::from_secs(5),
-        || async { a.inspect(&key).await.unwrap().waiting_services == 1 },
-    )
-    .await;
-    let mut con = fx.conn_for(&queue);
-    let (secs, micros): (u64, u64) = redis::cmd("TIME").query(&mut con).unwrap();
-    // B is registered until about its deadline (20 s away): this one comes first
-    let _: i64 = redis::cmd("ZADD")
-        .arg(&queue)
-        .arg(secs * 1000 + micros / 1000 + 5_000)
-        .arg("a-service-that-went-away")
-        .query(&mut con)
-        .unwrap();
-    let released = Instant::now();
-    held.release().await.unwrap();
-    let guard = tokio::time::timeout(Duration::from_secs(10), waiting)
-        .await
-        .expect("B still waits 10 s after the release: the unclaimed turn kept the lock")
-        .unwrap()
-        .unwrap();
-    let after = released.elapsed();
-    assert!(
-        after >= Duration::from_millis(250),
-        "B took the lock {after:?} after the release, inside the other service's turn"
-    );
-    guard.release().await.unwrap();
 }
 
 /// Counts the clients of every process of the topology by id (`CLIENT LIST`), without the
@@ -750,17 +571,13 @@ topology_tests!(
         processes_exclude_each_other_on_a_shared_counter,
         an_owner_scope_reenters,
         the_watchdog_renews_until_release,
-        a_release_wakes_a_waiter_of_another_service,
         fencing_tokens_strictly_increase,
         the_annotated_path_runs_from_a_config_file,
         a_release_after_expiry_is_not_held,
         lost_fires_when_the_lease_runs_out,
-        waiters_of_one_service_are_served_in_arrival_order,
         a_cancelled_acquire_leaves_the_lock_free,
         an_empty_key_is_invalid,
         only_the_fence_counter_outlives_a_released_lock,
-        three_services_take_turns,
-        an_unclaimed_turn_runs_out,
     ],
     own: [
         replica_acknowledgements_guard_every_grant,
