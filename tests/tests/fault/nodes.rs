@@ -22,8 +22,8 @@
 //! rejecting its late write. The `history_*` tests are in nextest's `destructive` group (they keep
 //! four processes busy for seconds).
 //!
-//! Figures are printed (`cargo nextest run -p lock-tests --test faults --no-capture`), never
-//! asserted as timings.
+//! Figures are printed (`cargo nextest run -p lock-tests --test fault -E 'test(/^nodes::/)'
+//! --no-capture`), never asserted as timings.
 
 mod load;
 

@@ -248,7 +248,7 @@ async fn a_release_after_expiry_is_not_held(fx: Fixture) {
 /// `lost()` fires when a fixed lease runs out - not before the lease (less the 1% + 2 ms drift
 /// margin) counted from before the grant was asked for - and the guard is then `NotHeld` while
 /// another service holds the lock. (That it fires before another service's grant is measured
-/// with a partitioned holder in `safety.rs`.)
+/// with a partitioned holder in `fault/safety.rs`.)
 async fn lost_fires_when_the_lease_runs_out(fx: Fixture) {
     let a = fx.service(LONG_WATCHDOG).await;
     let b = fx.service(LONG_WATCHDOG).await;

@@ -432,7 +432,7 @@ async fn a_release_wakes_a_waiter_of_another_service(fx: Fixture) {
 /// Three services waiting for one lock get it in turn: every service has had it before any has
 /// it twice, and no service keeps it while others wait. (The services' waits end in the order
 /// they arrive, 50 ms apart: the turn order follows the waiters' deadlines, see
-/// `single_locks.rs` for a service that gets the turn back ahead of one waiting longer.)
+/// above for a service that gets the turn back ahead of one waiting longer.)
 async fn three_services_take_turns(fx: Fixture) {
     let holder = fx.service(LONG_WATCHDOG).await;
     let services = [
