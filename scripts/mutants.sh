@@ -39,8 +39,9 @@ fi
 # which the guard tests cover too). The baseline is checked here rather than by cargo-mutants,
 # whose baseline runs only the mutated package's own tests (none of these).
 echo "==> baseline: the suites pass on the unmutated tree"
-cargo nextest run -p lock-tests \
-    -E 'binary(single_locks) | binary(call_chains) | (binary(safety) & !test(partitioned))'
+suites='(binary(mutex) & test(/^single_node::/)) | (binary(attr) & test(/^call_chains::/))
+    | (binary(fault) & test(/^safety::/) & !test(partitioned))'
+cargo nextest run -p lock-tests -E "$suites"
 exec cargo mutants "${files[@]}" "${select[@]}" \
     --baseline=skip --test-package=lock-tests --test-tool nextest --timeout 180 \
-    -- -E 'binary(single_locks) | binary(call_chains) | (binary(safety) & !test(partitioned))'
+    -- -E "$suites"

@@ -5,7 +5,9 @@
 #
 # Installs redis-server / redis-sentinel / redis-cli, and chromium / chromedriver (the console
 # test of lockctl), with apt when they are missing. Uses
-# cargo-nextest when installed (profile `ci` when $CI is set), `cargo test` otherwise.
+# cargo-nextest (profile `ci` when $CI is set), installing it with cargo when it is missing: the
+# suites need its process per test (tests of one binary set up process-wide state - the global
+# lock service, the environment, the current directory - each its own way).
 set -euo pipefail
 
 cd "$(dirname "${BASH_SOURCE[0]}")/.."
@@ -78,17 +80,16 @@ step "lock-bench --quick (keeps the bench compiling and running; numbers are nev
 # dependencies the demo built (with -p, tokio, redis and actix are compiled again).
 cargo run --bin lock-bench -- --quick
 
-if cargo nextest --version >/dev/null 2>&1; then
-    profile=default
-    if [ -n "${CI:-}" ]; then
-        profile=ci
-    fi
-    # Doctests first: nextest does not run them, and its summary should be the last word.
-    step "cargo test --workspace --doc"
-    cargo test --workspace --doc
-    step "cargo nextest run --workspace --profile $profile"
-    cargo nextest run --workspace --profile "$profile"
-else
-    step "cargo-nextest not found: cargo test --workspace"
-    cargo test --workspace
+if ! cargo nextest --version >/dev/null 2>&1; then
+    step "installing cargo-nextest (cargo install, a few minutes)"
+    cargo install cargo-nextest --locked
 fi
+profile=default
+if [ -n "${CI:-}" ]; then
+    profile=ci
+fi
+# Doctests first: nextest does not run them, and its summary should be the last word.
+step "cargo test --workspace --doc"
+cargo test --workspace --doc
+step "cargo nextest run --workspace --profile $profile"
+cargo nextest run --workspace --profile "$profile"

@@ -53,12 +53,12 @@
 //!
 //! # The lock family
 //!
-//! | kind | call | guard | when to use it |
-//! |---|---|---|---|
-//! | mutex | [`LockService::lock`] | [`LockGuard`] | one holder at a time |
-//! | read-write | [`LockService::read`], [`LockService::write`] | [`ReadGuard`], [`WriteGuard`] | read often, write rarely: readers together, a writer alone (writer preference, downgrade, no upgrade) |
-//! | multi-key | [`LockService::lock_all`] | [`MultiGuard`] | one operation over several keys, all or nothing, no deadlock |
-//! | semaphore | [`LockService::semaphore`] | [`Permit`] | at most n at once cluster-wide; permits expire with their lease |
+//! | kind | call | guard | when to use it | tested in (`tests/tests/`) |
+//! |---|---|---|---|---|
+//! | mutex | [`LockService::lock`] | [`LockGuard`] | one holder at a time | `mutex/` |
+//! | read-write | [`LockService::read`], [`LockService::write`] | [`ReadGuard`], [`WriteGuard`] | read often, write rarely: readers together, a writer alone (writer preference, downgrade, no upgrade) | `rw.rs` |
+//! | multi-key | [`LockService::lock_all`] | [`MultiGuard`] | one operation over several keys, all or nothing, no deadlock | `multi/keys.rs` |
+//! | semaphore | [`LockService::semaphore`] | [`Permit`] | at most n at once cluster-wide; permits expire with their lease | `semaphore.rs` |
 //!
 //! [`fenced`] makes the data itself reject a holder whose lock passed to someone else (a Redis
 //! value or hash that accepts only newer tokens; the SQL pattern for databases).
@@ -108,18 +108,18 @@
 //!
 //! # What a lock gives
 //!
-//! | property | how |
-//! |---|---|
-//! | mutual exclusion | every acquire / release runs in a Lua script; only the owner can release |
-//! | throughput | under load the acquires and releases of one service share script calls (one round trip and one script run for many) |
-//! | no deadlock | every lock has a lease: the one you give, or the watchdog's (renewed every third while held) |
-//! | reentrancy | along one call chain: calls inside a locked body re-enter its lock; concurrent children (`join!`) exclude each other (see [`owner`]) |
-//! | generations | every grant carries the id of the attempt that made it: stale guards never touch a newer grant, unknown outcomes are undone exactly |
-//! | loss detection | [`LockGuard::lost`] fires at the hold's validity deadline (lease from the send time of the last grant or renewal, less a drift margin), before Redis can grant the lock to anyone else |
-//! | fencing | [`LockGuard::fence`] strictly increases per key across grants |
-//! | fair waiting | waiters in one process line up in arrival order; releases hand the lock to the head in the same round trip; services waiting elsewhere get turns |
-//! | no polling | waiters sleep until a release message (one subscriber connection per service) or the lock's remaining lease |
-//! | cancellation | dropping a guard releases it in the background; an acquire that was cancelled or whose reply never came is given back by its grant id |
+//! | property | how | tested in (`tests/tests/`) |
+//! |---|---|---|
+//! | mutual exclusion | every acquire / release runs in a Lua script; only the owner can release | `mutex/single_node.rs`, `mutex/processes.rs`, `mutex/topologies.rs` |
+//! | throughput | under load the acquires and releases of one service share script calls (one round trip and one script run for many) | `mutex/single_node.rs`, `family/smoke.rs` |
+//! | no deadlock | every lock has a lease: the one you give, or the watchdog's (renewed every third while held) | `mutex/single_node.rs`, `mutex/processes.rs`, `fault/safety.rs` |
+//! | reentrancy | along one call chain: calls inside a locked body re-enter its lock; concurrent children (`join!`) exclude each other (see [`owner`]) | `attr/call_chains.rs`, `mutex/single_node.rs`, `mutex/processes.rs` |
+//! | generations | every grant carries the id of the attempt that made it: stale guards never touch a newer grant, unknown outcomes are undone exactly | `fault/safety.rs`, `fault/cluster_replies.rs` |
+//! | loss detection | [`LockGuard::lost`] fires at the hold's validity deadline (lease from the send time of the last grant or renewal, less a drift margin), before Redis can grant the lock to anyone else | `fault/safety.rs`, `mutex/topologies.rs` |
+//! | fencing | [`LockGuard::fence`] strictly increases per key across grants | `mutex/single_node.rs`, `mutex/topologies.rs`, `family/fenced.rs` |
+//! | fair waiting | waiters in one process line up in arrival order; releases hand the lock to the head in the same round trip; services waiting elsewhere get turns | `mutex/waiting.rs` |
+//! | no polling | waiters sleep until a release message (one subscriber connection per service) or the lock's remaining lease | `mutex/waiting.rs`, `mutex/topologies.rs` |
+//! | cancellation | dropping a guard releases it in the background; an acquire that was cancelled or whose reply never came is given back by its grant id | `mutex/single_node.rs`, `mutex/topologies.rs`, `fault/safety.rs` |
 //!
 //! # Features
 //!

@@ -19,7 +19,7 @@
 //!
 //! [`history`] checks what lock workers in several processes recorded while faults were injected
 //! (overlapping critical sections, stale writes a fenced resource accepted) and prints the
-//! fault table of `tests/tests/faults.rs`.
+//! fault table of `tests/tests/fault/nodes.rs`.
 //!
 //! Run everything with `bash scripts/test.sh`; it installs the Redis binaries when they are
 //! missing.

@@ -1,5 +1,5 @@
 //! A lock holder in a process of its own that keeps writing with its fencing token, for the
-//! paused-holder test of `tests/tests/fenced.rs`.
+//! paused-holder test of `tests/tests/family/fenced.rs`.
 //!
 //! ```text
 //! fenced-writer <config.toml> <lock key> <value key> <lease ms> <sqlite file> <goods id>

@@ -1,5 +1,5 @@
 //! A minimal flash-sale shop as a separate OS process, for the web tests that check exclusion
-//! between processes (`tests/tests/web_processes.rs`).
+//! between processes (`tests/tests/web/processes.rs`).
 //!
 //! ```text
 //! web-shop <axum|actix> <port> <lock config.toml> <stock redis url> <instance name> [checkout ms]

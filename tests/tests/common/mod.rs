@@ -1,5 +1,8 @@
 //! Helpers shared by the lock test suites.
-#![allow(dead_code, unreachable_pub)]
+//!
+//! The test binaries include this module (first, with `#[macro_use]`, so that
+//! [`topology_tests!`] is in scope in its other modules) and uses part of it.
+#![allow(dead_code, unreachable_pub, unused_macros)]
 
 use std::future::Future;
 use std::process::Stdio;
@@ -555,4 +558,48 @@ pub fn acquires_of(key: &str) -> impl Fn(&str) -> bool + Send + 'static {
     move |line: &str| {
         line.contains("\"EVALSHA\"") && line.contains(&turn) && line.contains(" \"a\" ")
     }
+}
+
+/// One `#[tokio::test]` per body and topology, in a module per topology (`single`,
+/// `master_slave`, `sentinel`, `cluster`), each calling `super::<body>(fixture)`:
+///
+/// - `topology_tests!(a, b)`: the bodies run on the topology the tests of the binary share;
+/// - `topology_tests!(shared: [a], own: [b])`: `own` bodies run on a topology of their own (for
+///   bodies that stop processes or count connections), see [`Fixture::own`].
+macro_rules! topology_tests {
+    (shared: [$($shared:ident),* $(,)?], own: [$($own:ident),* $(,)?] $(,)?) => {
+        topology_tests!(@kind single, Single, [$($shared),*], [$($own),*]);
+        topology_tests!(@kind master_slave, MasterReplicas, [$($shared),*], [$($own),*]);
+        topology_tests!(@kind sentinel, Sentinel, [$($shared),*], [$($own),*]);
+        topology_tests!(@kind cluster, Cluster, [$($shared),*], [$($own),*]);
+    };
+    (own: [$($own:ident),* $(,)?] $(,)?) => {
+        topology_tests!(shared: [], own: [$($own),*]);
+    };
+    (@kind $module:ident, $kind:ident, [$($shared:ident),*], [$($own:ident),*]) => {
+        mod $module {
+            $(
+                #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+                async fn $shared() {
+                    super::$shared(
+                        $crate::common::Fixture::shared(::lock_tests::harness::Kind::$kind).await,
+                    )
+                    .await;
+                }
+            )*
+            $(
+                #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+                async fn $own() {
+                    super::$own(
+                        $crate::common::Fixture::own(::lock_tests::harness::Kind::$kind.spec())
+                            .await,
+                    )
+                    .await;
+                }
+            )*
+        }
+    };
+    ($($body:ident),* $(,)?) => {
+        topology_tests!(shared: [$($body),*], own: []);
+    };
 }

@@ -1,0 +1,230 @@
+//! Re-entry follows one call chain: a locked body's nested calls re-enter its lock, while
+//! concurrent children of one request or one body (`join!`), and tasks spawned from it, never
+//! share a hold with each other.
+
+use std::sync::Arc;
+use std::sync::atomic::{AtomicU32, Ordering};
+use std::time::Duration;
+
+use crate::common::Fixture;
+use axum::Router;
+use axum::body::Body;
+use axum::routing::get;
+use lock_runtime::middleware::tower::OwnerScopeLayer;
+use lock_runtime::{ErrorKind, LockError, LockService, distributed_lock, owner};
+use lock_tests::harness::unique_key;
+use tower::ServiceExt;
+
+#[derive(Debug)]
+struct AppError(LockError);
+
+impl From<LockError> for AppError {
+    fn from(e: LockError) -> Self {
+        AppError(e)
+    }
+}
+
+async fn setup() -> &'static LockService {
+    let fx = Fixture::single().await;
+    lock_runtime::init(fx.config(Duration::from_secs(30)))
+        .await
+        .unwrap()
+}
+
+/// How many bodies run at once, and the most seen.
+#[derive(Default)]
+struct Concurrency {
+    now: AtomicU32,
+    max: AtomicU32,
+}
+
+impl Concurrency {
+    async fn run(&self) {
+        let now = self.now.fetch_add(1, Ordering::SeqCst) + 1;
+        self.max.fetch_max(now, Ordering::SeqCst);
+        tokio::time::sleep(Duration::from_millis(30)).await;
+        self.now.fetch_sub(1, Ordering::SeqCst);
+    }
+
+    fn max(&self) -> u32 {
+        self.max.load(Ordering::SeqCst)
+    }
+}
+
+#[distributed_lock(key = "account:<account>", wait = "5s")]
+async fn debit(account: &str, seen: &Concurrency) -> Result<(), AppError> {
+    seen.run().await;
+    Ok(())
+}
+
+/// Not locked itself: settles three debits of one account at once.
+async fn settle_batch(account: &str, seen: &Concurrency) -> Result<(), AppError> {
+    let (a, b, c) = tokio::join!(
+        debit(account, seen),
+        debit(account, seen),
+        debit(account, seen)
+    );
+    a.and(b).and(c)
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn concurrent_children_of_one_request_exclude_each_other() {
+    setup().await;
+    let account = unique_key("acct");
+    let seen = Arc::new(Concurrency::default());
+    let app = {
+        let (account, seen) = (account.clone(), seen.clone());
+        Router::new()
+            .route(
+                "/",
+                get(move || async move {
+                    settle_batch(&account, &seen).await.unwrap();
+                    "settled"
+                }),
+            )
+            .layer(OwnerScopeLayer::new())
+    };
+    let response = app
+        .oneshot(
+            axum::http::Request::builder()
+                .uri("/")
+                .body(Body::empty())
+                .unwrap(),
+        )
+        .await
+        .unwrap();
+    assert_eq!(response.status(), 200);
+    assert_eq!(seen.max(), 1, "the three debits of one request ran at once");
+}
+
+#[distributed_lock(key = "ledger:<account>", wait = "5s")]
+async fn inner_entry(account: &str, seen: &Concurrency) -> Result<(), AppError> {
+    seen.run().await;
+    Ok(())
+}
+
+#[distributed_lock(key = "ledger:<account>", wait = "5s")]
+async fn outer_entry(account: &str, seen: &Concurrency) -> Result<(), AppError> {
+    // both children re-enter this body's hold (no deadlock), one at a time
+    let (a, b) = tokio::join!(inner_entry(account, seen), inner_entry(account, seen));
+    a.and(b)
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn children_of_a_locked_body_re_enter_it_one_at_a_time() {
+    setup().await;
+    let account = unique_key("ledger");
+    let seen = Concurrency::default();
+    owner::chain("job-1", outer_entry(&account, &seen))
+        .await
+        .unwrap();
+    assert_eq!(seen.max(), 1, "two children were inside the hold at once");
+}
+
+#[distributed_lock(key = "report:<name>", wait = "5s")]
+async fn nested_report(name: &str, locks: &LockService) -> Result<u64, AppError> {
+    // a plain lock call on the same key in the body re-enters too
+    let again = locks.lock(format!("report:{name}")).await?;
+    let fence = again.fence();
+    again.release().await?;
+    Ok(fence)
+}
+
+#[distributed_lock(key = "report:<name>", wait = "5s")]
+async fn spawning_report(name: &str) -> Result<ErrorKind, AppError> {
+    let key = format!("report:{name}");
+    let child = owner::spawn(async move {
+        let locks = lock_runtime::global().await.unwrap();
+        locks.lock(key).wait(Duration::from_secs(5)).await.map(drop)
+    });
+    let err = child.await.unwrap().unwrap_err();
+    Ok(err.kind())
+}
+
+#[tokio::test]
+async fn nested_calls_re_enter_and_a_spawned_task_is_told_it_would_deadlock() {
+    let locks = setup().await;
+    let name = unique_key("report");
+    let fence = nested_report(&name, locks).await.unwrap();
+    assert!(fence > 0);
+    assert!(!locks.is_locked(&format!("report:{name}")).await.unwrap());
+    let started = std::time::Instant::now();
+    let kind = spawning_report(&name).await.unwrap();
+    assert_eq!(kind, ErrorKind::WouldDeadlock);
+    assert!(
+        started.elapsed() < Duration::from_secs(5),
+        "refused at once, not after the wait"
+    );
+    assert!(!locks.is_locked(&format!("report:{name}")).await.unwrap());
+}
+
+#[tokio::test]
+async fn a_labelled_chain_shows_its_label_in_the_holder() {
+    let locks = setup().await;
+    let key = unique_key("label");
+    let holder = owner::chain("req-42", async {
+        let guard = locks.lock(&key).await.unwrap();
+        let holder = locks.inspect(&key).await.unwrap().holder.unwrap();
+        assert!(guard.owner().as_str().starts_with("req-42#"));
+        guard.release().await.unwrap();
+        holder
+    })
+    .await;
+    assert!(holder.contains(":req-42#"), "{holder}");
+}
+
+#[distributed_lock(key = "plain:<name>", wait = "300ms")]
+async fn plain_section(name: &str) -> Result<(), AppError> {
+    Ok(())
+}
+
+#[tokio::test]
+async fn a_plain_lock_call_opens_no_body() {
+    let locks = setup().await;
+    let name = unique_key("plain");
+    // a guard held in a fn is no locked body: a call made next to it is another owner
+    let guard = locks.lock(format!("plain:{name}")).await.unwrap();
+    let err = plain_section(&name).await.unwrap_err();
+    assert_eq!(err.0.kind(), ErrorKind::Timeout);
+    guard.release().await.unwrap();
+    // run() makes one
+    locks
+        .lock(format!("plain:{name}"))
+        .run(|_| plain_section(&name))
+        .await
+        .unwrap()
+        .unwrap();
+}
+
+#[async_trait::async_trait]
+trait Ledger {
+    async fn post(&self, account: &str, seen: &Concurrency) -> Result<u64, AppError>;
+}
+
+struct Books;
+
+#[async_trait::async_trait]
+impl Ledger for Books {
+    #[distributed_lock(key = "books:<account>", wait = "5s")]
+    async fn post(&self, account: &str, seen: &Concurrency) -> Result<u64, AppError> {
+        seen.run().await;
+        Ok(lock_runtime::current_fence().expect("inside the locked body"))
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn async_trait_methods_run_under_the_lock() {
+    let locks = setup().await;
+    let account = unique_key("books");
+    let seen = Concurrency::default();
+    let books = Books;
+    let (a, b, c) = tokio::join!(
+        books.post(&account, &seen),
+        books.post(&account, &seen),
+        books.post(&account, &seen)
+    );
+    let fences = [a.unwrap(), b.unwrap(), c.unwrap()];
+    assert_eq!(seen.max(), 1, "the three posts ran at once");
+    assert!(fences.iter().all(|f| *f > 0));
+    assert!(!locks.is_locked(&format!("books:{account}")).await.unwrap());
+}

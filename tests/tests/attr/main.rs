@@ -1,0 +1,11 @@
+//! The `#[distributed_lock]` attribute against a real Redis: the body under the lock, the
+//! other kinds, re-entry along call chains, and a service started without configuration.
+
+#[macro_use]
+#[path = "../common/mod.rs"]
+mod common;
+
+mod body;
+mod call_chains;
+mod first_hour;
+mod kinds;

@@ -1,0 +1,113 @@
+//! Credentials: a server with `requirepass` and an ACL user. Right credentials (from the
+//! config or `$LOCK_REDIS_*`) lock; wrong ones are an `Auth` error that names the user, never
+//! the password, and is not retryable; a user without the permissions the locks need too.
+
+use std::time::Duration;
+
+use crate::common::Fixture;
+use lock_runtime::{ErrorKind, LockConfig, LockService};
+use lock_tests::harness::{Spec, unique_key};
+
+const PASSWORD: &str = "s3cret-Pw";
+
+async fn secured() -> Fixture {
+    let fx = Fixture::own(Spec::Single).await;
+    let mut con = fx.redis();
+    let () = redis::cmd("ACL")
+        .arg("SETUSER")
+        .arg("locker")
+        .arg("on")
+        .arg(format!(">{PASSWORD}"))
+        .arg("~*")
+        .arg("&*")
+        .arg("+@all")
+        .query(&mut con)
+        .unwrap();
+    // a user that may log in but not run scripts
+    let () = redis::cmd("ACL")
+        .arg("SETUSER")
+        .arg("reader")
+        .arg("on")
+        .arg(format!(">{PASSWORD}"))
+        .arg("~*")
+        .arg("+@read")
+        .arg("+hello")
+        .arg("+ping")
+        .arg("+client")
+        .query(&mut con)
+        .unwrap();
+    let () = redis::cmd("CONFIG")
+        .arg("SET")
+        .arg("requirepass")
+        .arg("admin-pw")
+        .query(&mut con)
+        .unwrap();
+    fx
+}
+
+fn config(fx: &Fixture, user: Option<&str>, password: Option<&str>) -> LockConfig {
+    fx.config(Duration::from_secs(30))
+        .with_connect_timeout(Duration::from_secs(2))
+        .with_credentials(user.map(str::to_owned), password.map(str::to_owned))
+}
+
+#[tokio::test]
+async fn the_right_credentials_lock_and_wrong_ones_are_an_auth_error() {
+    let fx = secured().await;
+    let locks = LockService::connect(config(&fx, Some("locker"), Some(PASSWORD)))
+        .await
+        .unwrap();
+    let key = unique_key("auth");
+    locks.lock(&key).await.unwrap().release().await.unwrap();
+
+    for (user, password) in [
+        (Some("locker"), Some("wrong-password")),
+        (None, Some("wrong-password")),
+        (None, None),
+    ] {
+        let err = LockService::connect(config(&fx, user, password))
+            .await
+            .unwrap_err();
+        assert_eq!(err.kind(), ErrorKind::Auth, "{user:?}: {err}");
+        assert!(!err.is_retryable());
+        let text = format!("{err} {err:?}");
+        assert!(!text.contains("wrong-password"), "{text}");
+        assert!(!text.contains(PASSWORD), "{text}");
+        let who = user.map_or("the default user".to_owned(), |u| format!("user `{u}`"));
+        assert!(err.to_string().contains(&who), "{err}");
+    }
+}
+
+#[tokio::test]
+async fn a_user_without_the_needed_permissions_is_an_auth_error() {
+    let fx = secured().await;
+    let outcome = match LockService::connect(config(&fx, Some("reader"), Some(PASSWORD))).await {
+        Err(e) => e,
+        Ok(locks) => locks.lock(unique_key("noperm")).await.unwrap_err(),
+    };
+    assert_eq!(outcome.kind(), ErrorKind::Auth, "{outcome}");
+    assert!(outcome.to_string().contains("user `reader`"), "{outcome}");
+}
+
+#[tokio::test]
+async fn credentials_come_from_the_environment_when_the_file_has_none() {
+    let fx = secured().await;
+    let dir = tempfile::tempdir().unwrap();
+    let path = fx.config_file(dir.path(), Duration::from_secs(30), "");
+    // each test runs in a process of its own under nextest; this one sets the variables before
+    // anything reads them
+    unsafe {
+        std::env::set_var("LOCK_REDIS_USERNAME", "locker");
+        std::env::set_var("LOCK_REDIS_PASSWORD", PASSWORD);
+    }
+    let config = LockConfig::from_file(&path).unwrap();
+    unsafe {
+        std::env::remove_var("LOCK_REDIS_USERNAME");
+        std::env::remove_var("LOCK_REDIS_PASSWORD");
+    }
+    assert_eq!(config.username(), Some("locker"));
+    assert!(!format!("{config:?}").contains(PASSWORD), "{config:?}");
+    let locks = LockService::connect(config).await.unwrap();
+    let key = unique_key("env");
+    locks.lock(&key).await.unwrap().release().await.unwrap();
+}

@@ -1,0 +1,4 @@
+//! Tests of the test harness: its topologies (`servers`) and its fault proxy (`proxy`).
+
+mod proxy;
+mod servers;

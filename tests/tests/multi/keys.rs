@@ -1,0 +1,328 @@
+//! Multi-key locks (`lock_all`) against real Redis: all or nothing (a busy key leaves none of
+//! the others held, checked on Redis), no deadlock between callers naming the keys in opposite
+//! orders, a fencing token per key that strictly increases, one guard whose release (or drop)
+//! frees every key, and keys served by different cluster masters.
+
+use std::sync::Arc;
+use std::sync::atomic::{AtomicI64, AtomicU64, Ordering};
+use std::time::{Duration, Instant};
+
+use crate::common::{Fixture, eventually, lock_key};
+use lock_runtime::{ErrorKind, LockService};
+use lock_tests::harness::{Kind, unique_key};
+
+const LONG: Duration = Duration::from_secs(30);
+
+/// `n` keys that sort (as Redis keys) in the order they are returned.
+fn keys(prefix: &str, n: usize) -> Vec<String> {
+    let base = unique_key(prefix);
+    (1..=n).map(|i| format!("{base}:{i}")).collect()
+}
+
+async fn holder(locks: &LockService, key: &str) -> Option<String> {
+    locks.inspect(key).await.unwrap().holder
+}
+
+// ---- on every topology ----
+
+/// When one key is held by someone else and the wait runs out, the keys taken before it are
+/// released before the error returns (they were taken: their fence counters moved), and the
+/// keys after it were never taken. Once the busy key is free, the same request takes them all.
+async fn all_or_nothing_when_one_key_is_busy(fx: Fixture) {
+    let (a, b) = (fx.service(LONG).await, fx.service(LONG).await);
+    for busy in [2, 1] {
+        let ks = keys("all-or-nothing", 3);
+        let held = a.lock(&ks[busy]).lease(LONG).await.unwrap();
+        // named in another order than they are taken
+        let asked = [ks[2].clone(), ks[0].clone(), ks[1].clone()];
+        for wait in [Duration::ZERO, Duration::from_millis(300)] {
+            let err = b.lock_all(asked.clone()).wait(wait).await.unwrap_err();
+            assert_eq!(err.kind(), ErrorKind::Timeout, "{err}");
+            for (i, key) in ks.iter().enumerate() {
+                let info = b.inspect(key).await.unwrap();
+                if i == busy {
+                    assert_eq!(info.fence, Some(held.fence()), "still A's: {info:?}");
+                    continue;
+                }
+                assert_eq!(
+                    info.holder, None,
+                    "busy key {busy}, wait {wait:?}: key {i} left held: {info:?}"
+                );
+                assert!(!b.is_locked(key).await.unwrap());
+                assert!(!fx.exists(&lock_key(key)), "key {i} left on Redis");
+                if i < busy {
+                    assert!(
+                        info.last_fence.is_some(),
+                        "key {i} (taken before the busy one) was never taken: the check \
+                         proves nothing"
+                    );
+                } else {
+                    assert_eq!(
+                        info.last_fence, None,
+                        "key {i} was taken after the busy one"
+                    );
+                }
+            }
+        }
+        let waiting = {
+            let (b, asked) = (b.clone(), asked.clone());
+            tokio::spawn(async move {
+                b.lock_all(asked)
+                    .lease(LONG)
+                    .wait(Duration::from_secs(10))
+                    .await
+            })
+        };
+        eventually(
+            "B waits for the busy key",
+            Duration::from_secs(5),
+            || async { b.inspect(&ks[busy]).await.unwrap().local_waiters == 1 },
+        )
+        .await;
+        held.release().await.unwrap();
+        let all = tokio::time::timeout(Duration::from_secs(5), waiting)
+            .await
+            .expect("B took every key once the busy one was free")
+            .unwrap()
+            .unwrap();
+        for key in &ks {
+            let info = a.inspect(key).await.unwrap();
+            assert_eq!(info.fence, all.fence(key), "{key}: {info:?}");
+            assert!(info.holder.is_some());
+        }
+        all.release().await.unwrap();
+        for key in &ks {
+            assert!(!a.is_locked(key).await.unwrap());
+        }
+    }
+}
+
+/// Two services x four tasks lock `[a, b]` and `[b, a]` again and again with no wait limit
+/// and no lease: all of them finish (bounded by a deadline), one at a time.
+async fn opposite_orders_never_deadlock(fx: Fixture) {
+    const TASKS: usize = 4;
+    const ROUNDS: usize = 10;
+    let services = [fx.service(LONG).await, fx.service(LONG).await];
+    let (a, b) = (unique_key("order-a"), unique_key("order-b"));
+    let inside = Arc::new(AtomicI64::new(0));
+    let overlaps = Arc::new(AtomicU64::new(0));
+    let mut tasks = tokio::task::JoinSet::new();
+    for service in &services {
+        for task in 0..TASKS {
+            let keys = if task % 2 == 0 {
+                [a.clone(), b.clone()]
+            } else {
+                [b.clone(), a.clone()]
+            };
+            let (locks, inside, overlaps) = (service.clone(), inside.clone(), overlaps.clone());
+            tasks.spawn(async move {
+                for _ in 0..ROUNDS {
+                    let guard = locks.lock_all(keys.clone()).await.unwrap();
+                    if inside.fetch_add(1, Ordering::SeqCst) != 0 {
+                        overlaps.fetch_add(1, Ordering::SeqCst);
+                    }
+                    tokio::time::sleep(Duration::from_millis(2)).await;
+                    inside.fetch_sub(1, Ordering::SeqCst);
+                    guard.release().await.unwrap();
+                }
+            });
+        }
+    }
+    let started = Instant::now();
+    tokio::time::timeout(Duration::from_secs(30), async {
+        while let Some(joined) = tasks.join_next().await {
+            joined.expect("a locking task panicked");
+        }
+    })
+    .await
+    .unwrap_or_else(|_| panic!("deadlock: the tasks were still waiting after 30 s"));
+    println!(
+        "{} pairs locked in opposite orders in {:?}",
+        services.len() * TASKS * ROUNDS,
+        started.elapsed()
+    );
+    assert_eq!(
+        overlaps.load(Ordering::SeqCst),
+        0,
+        "two holders of both keys"
+    );
+    assert!(!services[0].is_locked(&a).await.unwrap());
+    assert!(!services[0].is_locked(&b).await.unwrap());
+}
+
+/// Each key of a multi-key hold has its own fencing token, the one Redis holds for it, and
+/// every key's tokens strictly increase across multi-key and single grants.
+async fn fences_per_key_strictly_increase(fx: Fixture) {
+    let (a, b) = (fx.service(LONG).await, fx.service(LONG).await);
+    let ks = keys("fences", 2);
+    let mut seen: [Vec<u64>; 2] = [Vec::new(), Vec::new()];
+    for round in 0..4 {
+        let locks = if round % 2 == 0 { &a } else { &b };
+        let guard = locks.lock_all(ks.clone()).await.unwrap();
+        assert_eq!(guard.keys().collect::<Vec<_>>(), ks, "taken in key order");
+        assert_eq!(guard.guards().len(), 2);
+        assert_eq!(guard.fence("not one of them"), None);
+        for (i, key) in ks.iter().enumerate() {
+            let fence = guard.fence(key).unwrap();
+            assert_eq!(a.inspect(key).await.unwrap().fence, Some(fence));
+            seen[i].push(fence);
+        }
+        guard.release().await.unwrap();
+        // a single lock of the first key in between
+        let single = b.lock(&ks[0]).await.unwrap();
+        seen[0].push(single.fence());
+        single.release().await.unwrap();
+    }
+    for (key, fences) in ks.iter().zip(&seen) {
+        assert!(
+            fences.windows(2).all(|w| w[0] < w[1]),
+            "{key}: tokens must strictly increase: {fences:?}"
+        );
+    }
+}
+
+/// One release frees every key; so does dropping the guard. The same key twice is one lock.
+async fn one_release_frees_every_key(fx: Fixture) {
+    let (a, b) = (fx.service(LONG).await, fx.service(LONG).await);
+    let ks = keys("release-all", 3);
+    let mut asked = ks.clone();
+    asked.push(ks[1].clone());
+    let guard = a.lock_all(asked.clone()).lease(LONG).await.unwrap();
+    assert_eq!(guard.keys().count(), 3, "a repeated key is one lock");
+    for key in &ks {
+        assert!(b.is_locked(key).await.unwrap());
+        assert_eq!(
+            b.try_lock(key).await.unwrap_err().kind(),
+            ErrorKind::Timeout
+        );
+    }
+    guard.release().await.unwrap();
+    for key in &ks {
+        assert!(!b.is_locked(key).await.unwrap(), "{key} held after release");
+        assert!(!fx.exists(&lock_key(key)));
+    }
+    let guard = a.lock_all(asked).await.unwrap();
+    assert!(!guard.is_lost());
+    drop(guard);
+    eventually(
+        "every key is free once the guard is dropped",
+        Duration::from_secs(3),
+        || async {
+            for key in &ks {
+                if b.is_locked(key).await.unwrap() {
+                    return false;
+                }
+            }
+            true
+        },
+    )
+    .await;
+}
+
+/// Keys whose lock hashes live on three different cluster masters (elsewhere: any keys) are
+/// held together and freed together; each is on the node that serves it.
+async fn keys_on_different_nodes(fx: Fixture) {
+    let locks = fx.service(LONG).await;
+    let mut ks: Vec<String> = Vec::new();
+    let mut nodes = Vec::new();
+    while ks.len() < 3 {
+        let key = unique_key("spread");
+        let node = fx.node_for(&lock_key(&key));
+        if fx.kind() != Kind::Cluster || !nodes.contains(&node) {
+            nodes.push(node);
+            ks.push(key);
+        }
+    }
+    if fx.kind() == Kind::Cluster {
+        let slots: Vec<u16> = ks
+            .iter()
+            .map(|k| fx.topo().key_slot(&lock_key(k)))
+            .collect();
+        println!("keys on masters {nodes:?}, slots {slots:?}");
+    }
+    let guard = locks.lock_all(ks.clone()).lease(LONG).await.unwrap();
+    for key in &ks {
+        assert!(
+            fx.exists(&lock_key(key)),
+            "{key} not on the node serving it"
+        );
+        assert_eq!(
+            locks.inspect(key).await.unwrap().fence,
+            guard.fence(key),
+            "{key}"
+        );
+    }
+    guard.release().await.unwrap();
+    for key in &ks {
+        assert!(!fx.exists(&lock_key(key)), "{key} left held");
+    }
+}
+
+topology_tests!(
+    all_or_nothing_when_one_key_is_busy,
+    opposite_orders_never_deadlock,
+    fences_per_key_strictly_increase,
+    one_release_frees_every_key,
+    keys_on_different_nodes,
+);
+
+// ---- single node ----
+
+/// A `lock_all` cancelled while it waits for its second key gives back the first one.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_cancelled_lock_all_gives_back_what_it_took() {
+    let fx = Fixture::single().await;
+    let (a, b) = (fx.service(LONG).await, fx.service(LONG).await);
+    let ks = keys("cancelled-all", 2);
+    let held = a.lock(&ks[1]).lease(LONG).await.unwrap();
+    let waiting = {
+        let (b, ks) = (b.clone(), ks.clone());
+        tokio::spawn(async move { b.lock_all(ks).lease(LONG).await })
+    };
+    eventually(
+        "B took the first key and waits for the second",
+        Duration::from_secs(5),
+        || async {
+            a.is_locked(&ks[0]).await.unwrap()
+                && b.inspect(&ks[1]).await.unwrap().local_waiters == 1
+        },
+    )
+    .await;
+    waiting.abort();
+    assert!(waiting.await.unwrap_err().is_cancelled());
+    eventually(
+        "the first key is free once the request was dropped",
+        Duration::from_secs(3),
+        || async { holder(&a, &ks[0]).await.is_none() },
+    )
+    .await;
+    assert_eq!(
+        a.inspect(&ks[1]).await.unwrap().fence,
+        Some(held.fence()),
+        "the busy key is still A's"
+    );
+    held.release().await.unwrap();
+}
+
+/// No keys, or an empty key among valid ones, is `InvalidKey`, and none of the keys is taken.
+#[tokio::test]
+async fn invalid_keys_take_nothing() {
+    let fx = Fixture::single().await;
+    let locks = fx.service(LONG).await;
+    let err = locks.lock_all(Vec::<String>::new()).await.unwrap_err();
+    assert_eq!(err.kind(), ErrorKind::InvalidKey, "{err}");
+    let ks = keys("invalid-all", 2);
+    let err = locks
+        .lock_all([ks[0].as_str(), "", ks[1].as_str()])
+        .await
+        .unwrap_err();
+    assert_eq!(err.kind(), ErrorKind::InvalidKey, "{err}");
+    for key in &ks {
+        let info = locks.inspect(key).await.unwrap();
+        assert_eq!(
+            (info.holder, info.last_fence),
+            (None, None),
+            "{key} was taken"
+        );
+    }
+}

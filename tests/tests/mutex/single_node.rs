@@ -1,0 +1,607 @@
+//! Lock semantics on a real single-node Redis: exclusion, reentrancy, leases, watchdog,
+//! fencing, release rules and cancellation (waiter order and wake-ups: `waiting.rs`).
+
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use crate::common::{Fixture, evalsha_calls, eventually, waiters_in_line};
+use lock_runtime::{ErrorKind, LockService, OwnerId, owner};
+use lock_tests::harness::{Spec, unique_key};
+
+const WATCHDOG: Duration = Duration::from_millis(300);
+const LONG_WATCHDOG: Duration = Duration::from_secs(30);
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn tasks_exclude_each_other_on_a_shared_counter() {
+    let fx = Fixture::single().await;
+    let locks = fx.service(LONG_WATCHDOG).await;
+    let (key, counter) = (unique_key("excl"), unique_key("counter"));
+    let client = redis::Client::open(fx.topo().url()).unwrap();
+    let mut tasks = Vec::new();
+    for _ in 0..8 {
+        let (locks, key, counter, client) =
+            (locks.clone(), key.clone(), counter.clone(), client.clone());
+        tasks.push(tokio::spawn(async move {
+            let mut con = client.get_multiplexed_async_connection().await.unwrap();
+            for _ in 0..40 {
+                let guard = locks.lock(&key).await.unwrap();
+                let v: Option<u64> = redis::cmd("GET")
+                    .arg(&counter)
+                    .query_async(&mut con)
+                    .await
+                    .unwrap();
+                tokio::task::yield_now().await;
+                let _: () = redis::cmd("SET")
+                    .arg(&counter)
+                    .arg(v.unwrap_or(0) + 1)
+                    .query_async(&mut con)
+                    .await
+                    .unwrap();
+                guard.release().await.unwrap();
+            }
+        }));
+    }
+    for t in tasks {
+        t.await.unwrap();
+    }
+    let total: u64 = redis::cmd("GET")
+        .arg(&counter)
+        .query(&mut fx.redis())
+        .unwrap();
+    assert_eq!(total, 8 * 40);
+    assert!(!locks.is_locked(&key).await.unwrap());
+}
+
+#[tokio::test]
+async fn an_owner_scope_reenters_and_frees_after_the_last_release() {
+    let fx = Fixture::single().await;
+    let locks = fx.service(LONG_WATCHDOG).await;
+    let key = unique_key("reentry");
+    let me = OwnerId::new();
+    let (outer, inner) = owner::scope(me.clone(), async {
+        let outer = locks.lock(&key).await.unwrap();
+        let inner = locks
+            .lock(&key)
+            .wait(Duration::from_millis(200))
+            .await
+            .unwrap();
+        assert_eq!(
+            inner.fence(),
+            outer.fence(),
+            "re-entry keeps the holder's token"
+        );
+        assert!(locks.is_held_by_current(&key).await.unwrap());
+        (outer, inner)
+    })
+    .await;
+    let info = locks.inspect(&key).await.unwrap();
+    assert_eq!(info.hold_count, 2);
+    assert!(info.holder.unwrap().ends_with(me.as_str()));
+
+    let other = locks.try_lock(&key).await.unwrap_err();
+    assert_eq!(
+        other.kind(),
+        ErrorKind::Timeout,
+        "a different owner must wait"
+    );
+    assert!(
+        !locks.is_held_by_current(&key).await.unwrap(),
+        "no scope here"
+    );
+
+    inner.release().await.unwrap();
+    assert_eq!(locks.inspect(&key).await.unwrap().hold_count, 1);
+    assert!(
+        locks.try_lock(&key).await.is_err(),
+        "still held after one release"
+    );
+    outer.release().await.unwrap();
+    assert!(!locks.is_locked(&key).await.unwrap());
+}
+
+#[tokio::test]
+async fn without_a_scope_every_lock_call_is_a_new_owner() {
+    let fx = Fixture::single().await;
+    let locks = fx.service(LONG_WATCHDOG).await;
+    let (key, other_key) = (unique_key("fresh-owner"), unique_key("fresh-owner"));
+    let first = locks.lock(&key).await.unwrap();
+    let second = locks.lock(&key).wait(Duration::from_millis(100)).await;
+    assert_eq!(
+        second.unwrap_err().kind(),
+        ErrorKind::Timeout,
+        "the second call is another owner: it waits"
+    );
+    let other = locks.lock(&other_key).await.unwrap();
+    assert_ne!(first.owner(), other.owner(), "two calls, two owners");
+    let holder = locks.inspect(&key).await.unwrap().holder.unwrap();
+    assert!(
+        holder.ends_with(first.owner().as_str()),
+        "{holder} holds {key}, not {}",
+        first.owner()
+    );
+    let holder = locks.inspect(&other_key).await.unwrap().holder.unwrap();
+    assert!(holder.ends_with(other.owner().as_str()), "{holder}");
+    first.release().await.unwrap();
+    other.release().await.unwrap();
+}
+
+#[tokio::test]
+async fn a_lease_expires_even_while_the_guard_lives() {
+    let fx = Fixture::single().await;
+    let locks = fx.service(LONG_WATCHDOG).await;
+    let key = unique_key("lease");
+    let guard = locks
+        .lock(&key)
+        .lease(Duration::from_millis(300))
+        .await
+        .unwrap();
+    let started = Instant::now();
+    let next = locks.lock(&key).wait(Duration::from_secs(3)).await.unwrap();
+    assert!(
+        started.elapsed() < Duration::from_millis(800),
+        "took {:?}",
+        started.elapsed()
+    );
+    assert!(guard.is_lost());
+    let lost = guard.lost().await;
+    assert_eq!(lost.kind(), ErrorKind::Lost);
+    let err = guard.release().await.unwrap_err();
+    assert_eq!(err.kind(), ErrorKind::NotHeld, "{err}");
+    assert!(
+        locks.is_locked(&key).await.unwrap(),
+        "the late release must not free the new holder's lock"
+    );
+    assert!(next.fence() > 0);
+    next.release().await.unwrap();
+}
+
+#[tokio::test]
+async fn the_watchdog_keeps_a_lock_past_its_timeout_until_release() {
+    let fx = Fixture::single().await;
+    let locks = fx.service(WATCHDOG).await;
+    let key = unique_key("watchdog");
+    let guard = locks.lock(&key).await.unwrap();
+    tokio::time::sleep(WATCHDOG * 4).await; // four leases: without renewal it would be gone
+    let info = locks.inspect(&key).await.unwrap();
+    assert!(info.holder.is_some() && info.ttl.is_some(), "{info:?}");
+    assert!(!guard.is_lost());
+    guard.release().await.unwrap();
+    assert!(!locks.is_locked(&key).await.unwrap());
+}
+
+#[tokio::test]
+async fn dropped_panicked_and_cancelled_holders_free_the_lock() {
+    // Leases of 30 s (the watchdog's, or a fixed one) against waits of 2 s: only a release frees
+    // the lock in time, never a lease running out once renewal stops.
+    const FREED_WITHIN: Duration = Duration::from_secs(2);
+    let fx = Fixture::single().await;
+    let locks = fx.service(LONG_WATCHDOG).await;
+    let check = fx.service(LONG_WATCHDOG).await;
+
+    let key = unique_key("dropped");
+    drop(locks.lock(&key).await.unwrap());
+    eventually("dropped guard releases", FREED_WITHIN, || async {
+        !check.is_locked(&key).await.unwrap()
+    })
+    .await;
+
+    let key = unique_key("dropped-lease");
+    drop(
+        locks
+            .lock(&key)
+            .lease(Duration::from_secs(30))
+            .await
+            .unwrap(),
+    );
+    eventually(
+        "dropped guard with a fixed lease releases",
+        FREED_WITHIN,
+        || async { !check.is_locked(&key).await.unwrap() },
+    )
+    .await;
+
+    let key = unique_key("panicked");
+    let (l, k) = (locks.clone(), key.clone());
+    let task = tokio::spawn(async move {
+        let _guard = l.lock(&k).await.unwrap();
+        panic!("holder panics");
+    });
+    assert!(task.await.unwrap_err().is_panic());
+    eventually("panicked holder's lock is freed", FREED_WITHIN, || async {
+        !check.is_locked(&key).await.unwrap()
+    })
+    .await;
+
+    let key = unique_key("cancelled");
+    let (l, k) = (locks.clone(), key.clone());
+    let (held_tx, held_rx) = tokio::sync::oneshot::channel();
+    let task = tokio::spawn(async move {
+        let _guard = l.lock(&k).await.unwrap();
+        held_tx.send(()).unwrap();
+        std::future::pending::<()>().await;
+    });
+    held_rx.await.unwrap();
+    task.abort();
+    eventually("cancelled holder's lock is freed", FREED_WITHIN, || async {
+        !check.is_locked(&key).await.unwrap()
+    })
+    .await;
+}
+
+#[tokio::test]
+async fn renewal_reports_a_force_unlocked_lock_as_lost_and_does_not_recreate_it() {
+    let fx = Fixture::single().await;
+    let holder = fx.service(WATCHDOG).await;
+    let operator = fx.service(WATCHDOG).await;
+    let key = unique_key("lost");
+    let guard = holder.lock(&key).await.unwrap();
+    assert!(operator.force_unlock(&key).await.unwrap());
+    assert!(
+        !operator.force_unlock(&key).await.unwrap(),
+        "nothing left to remove"
+    );
+    let lost = tokio::time::timeout(WATCHDOG * 3, guard.lost())
+        .await
+        .expect("loss noticed within a renewal period");
+    assert_eq!(lost.kind(), ErrorKind::Lost);
+    assert!(guard.is_lost());
+    tokio::time::sleep(WATCHDOG).await; // more renewal rounds
+    assert!(
+        !operator.is_locked(&key).await.unwrap(),
+        "renewal must not re-create the lock"
+    );
+    assert_eq!(
+        guard.release().await.unwrap_err().kind(),
+        ErrorKind::NotHeld
+    );
+}
+
+#[tokio::test]
+async fn force_unlock_in_the_same_service_marks_the_guard_lost_at_once() {
+    let fx = Fixture::single().await;
+    let locks = fx.service(LONG_WATCHDOG).await;
+    let key = unique_key("force-local");
+    let guard = locks
+        .lock(&key)
+        .lease(Duration::from_secs(30))
+        .await
+        .unwrap();
+    assert!(locks.force_unlock(&key).await.unwrap());
+    assert!(guard.is_lost());
+}
+
+#[tokio::test]
+async fn fencing_tokens_strictly_increase_across_grants_expiry_and_force_unlock() {
+    let fx = Fixture::single().await;
+    let a = fx.service(LONG_WATCHDOG).await;
+    let b = fx.service(LONG_WATCHDOG).await;
+    let key = unique_key("fence");
+    let mut tokens = Vec::new();
+    for round in 0..4 {
+        let g = a.lock(&key).await.unwrap();
+        tokens.push(g.fence());
+        g.release().await.unwrap();
+        let g = b.lock(&key).lease(Duration::from_millis(50)).await.unwrap();
+        tokens.push(g.fence());
+        if round % 2 == 0 {
+            assert!(b.force_unlock(&key).await.unwrap());
+        }
+        // either force-unlocked or left to expire
+        let g2 = a.lock(&key).wait(Duration::from_secs(2)).await.unwrap();
+        tokens.push(g2.fence());
+        g2.release().await.unwrap();
+        drop(g);
+    }
+    assert!(tokens.windows(2).all(|w| w[0] < w[1]), "{tokens:?}");
+    let info = a.inspect(&key).await.unwrap();
+    assert_eq!(info.last_fence, tokens.last().copied());
+    // The counter survives a flush of the fence key through the clock.
+    let _: () = redis::cmd("DEL")
+        .arg(format!("lock:{{{key}}}:fence"))
+        .query(&mut fx.redis())
+        .unwrap();
+    let g = a.lock(&key).await.unwrap();
+    let after_flush = g.fence();
+    assert!(after_flush > *tokens.last().unwrap());
+    g.release().await.unwrap();
+    // A stale counter (a failover lost its last writes) does not repeat the tokens it lost.
+    let _: () = redis::cmd("SET")
+        .arg(format!("lock:{{{key}}}:fence"))
+        .arg(after_flush - 1_000)
+        .query(&mut fx.redis())
+        .unwrap();
+    let g = a.lock(&key).await.unwrap();
+    assert!(g.fence() > after_flush, "{} after {after_flush}", g.fence());
+    let after_flush = g.fence();
+    g.release().await.unwrap();
+    // A counter ahead of the server clock (the clock stepped back): tokens go on from it.
+    let ahead = after_flush + 3_600_000_000;
+    let _: () = redis::cmd("SET")
+        .arg(format!("lock:{{{key}}}:fence"))
+        .arg(ahead)
+        .query(&mut fx.redis())
+        .unwrap();
+    let g = a.lock(&key).await.unwrap();
+    assert_eq!(g.fence(), ahead + 1);
+    g.release().await.unwrap();
+    assert_eq!(a.lock(&key).await.unwrap().fence(), ahead + 2);
+}
+
+#[tokio::test]
+async fn fence_counters_expire_after_the_idle_ttl() {
+    let fx = Fixture::single().await;
+    let key = unique_key("fence-ttl");
+    let fence_key = format!("lock:{{{key}}}:fence");
+    let pttl = || -> i64 {
+        redis::cmd("PTTL")
+            .arg(&fence_key)
+            .query(&mut fx.redis())
+            .unwrap()
+    };
+    let never = LockService::connect(fx.config(LONG_WATCHDOG).with_fence_idle_ttl(None))
+        .await
+        .unwrap();
+    never.lock(&key).await.unwrap().release().await.unwrap();
+    assert_eq!(pttl(), -1, "fence_idle_ttl = never keeps the counter");
+
+    let hour = Duration::from_secs(3600);
+    let locks = LockService::connect(fx.config(LONG_WATCHDOG).with_fence_idle_ttl(Some(hour)))
+        .await
+        .unwrap();
+    let held = locks.lock(&key).await.unwrap();
+    let ttl = pttl();
+    assert!((3_500_000..=3_600_000).contains(&ttl), "counter PTTL {ttl}");
+    // a hand-off to a waiter of the same service is a grant as well
+    let _: () = redis::cmd("PERSIST")
+        .arg(&fence_key)
+        .query(&mut fx.redis())
+        .unwrap();
+    let (l, k) = (locks.clone(), key.clone());
+    let next = tokio::spawn(async move { l.lock(&k).wait(Duration::from_secs(5)).await });
+    waiters_in_line(&locks, &key, 1).await;
+    let first = held.fence();
+    held.release().await.unwrap();
+    let next = next.await.unwrap().unwrap();
+    assert!(next.fence() > first);
+    let ttl = pttl();
+    assert!(
+        (3_500_000..=3_600_000).contains(&ttl),
+        "PTTL after hand-off {ttl}"
+    );
+    next.release().await.unwrap();
+}
+
+#[tokio::test]
+async fn only_the_owner_releases_and_a_dropped_guard_frees_in_the_background() {
+    let fx = Fixture::single().await;
+    let a = fx.service(LONG_WATCHDOG).await;
+    let b = fx.service(LONG_WATCHDOG).await;
+    let key = unique_key("owner-only");
+    let stale = a.lock(&key).await.unwrap();
+    a.force_unlock(&key).await.unwrap();
+    let current = b.lock(&key).await.unwrap();
+    assert_eq!(
+        stale.release().await.unwrap_err().kind(),
+        ErrorKind::NotHeld
+    );
+    let info = b.inspect(&key).await.unwrap();
+    assert_eq!(
+        info.fence,
+        Some(current.fence()),
+        "the other owner's release removed nothing"
+    );
+    drop(current);
+    eventually("dropped guard released", Duration::from_secs(2), || async {
+        !b.is_locked(&key).await.unwrap()
+    })
+    .await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn cancelling_acquires_at_any_point_never_leaves_the_lock_held() {
+    let fx = Fixture::single().await;
+    let holder = fx.service(LONG_WATCHDOG).await;
+    let other = fx.service(LONG_WATCHDOG).await;
+    let check = fx.service(LONG_WATCHDOG).await;
+    let key = unique_key("cancel");
+    // Only some rounds cancel an acquire while its granting attempt is in flight (with the
+    // give-back disabled, the first such round came between round 9 and 79 in 8 runs): 300
+    // rounds, about a second.
+    for round in 0u64..300 {
+        let guard = holder.lock(&key).await.unwrap();
+        let (l, k) = (
+            if round % 2 == 0 {
+                holder.clone()
+            } else {
+                other.clone()
+            },
+            key.clone(),
+        );
+        // waiters that give up after a varying delay, racing with the release below
+        let cancel_after = Duration::from_micros(round * 97 % 2_000);
+        let waiter = tokio::spawn(async move {
+            tokio::time::timeout(cancel_after, l.lock(&k))
+                .await
+                .ok()
+                .map(|r| r.unwrap())
+        });
+        tokio::time::sleep(Duration::from_micros(round * 53 % 1_500)).await;
+        guard.release().await.unwrap();
+        if let Some(g) = waiter.await.unwrap() {
+            g.release().await.unwrap();
+        }
+        // A grant that reaches a cancelled acquire is given back in the background; without that
+        // it would stay held for the whole 30 s lease.
+        match check.lock(&key).wait(Duration::from_secs(2)).await {
+            Ok(g) => g.release().await.unwrap(),
+            Err(e) => panic!(
+                "round {round}: the lock is still held 2 s after the round (lease 30 s), so a \
+                 cancelled acquire kept a grant: {e}"
+            ),
+        }
+    }
+    eventually(
+        "no cancelled acquire holds the lock",
+        Duration::from_secs(3),
+        || async { !holder.is_locked(&key).await.unwrap() },
+    )
+    .await;
+    // and the lock still works for everyone
+    holder
+        .try_lock(&key)
+        .await
+        .unwrap()
+        .release()
+        .await
+        .unwrap();
+    other.try_lock(&key).await.unwrap().release().await.unwrap();
+}
+
+#[tokio::test]
+async fn timeouts_name_the_key_and_zero_wait_tries_once() {
+    let fx = Fixture::single().await;
+    let locks: LockService = fx.service(LONG_WATCHDOG).await;
+    let key = unique_key("timeout");
+    let guard = locks.lock(&key).await.unwrap();
+    let started = Instant::now();
+    let err = locks
+        .lock(&key)
+        .wait(Duration::from_millis(300))
+        .await
+        .unwrap_err();
+    assert!(started.elapsed() >= Duration::from_millis(300));
+    assert!(
+        err.is_timeout() && err.key() == Some(key.as_str()),
+        "{err:?}"
+    );
+    assert!(err.to_string().contains(&key));
+    let err = locks.try_lock(&key).await.unwrap_err();
+    assert!(err.is_timeout());
+    guard.release().await.unwrap();
+}
+
+#[tokio::test]
+async fn a_failed_operation_fails_alone_also_in_a_shared_call() {
+    let fx = Fixture::single().await;
+    let locks = fx.service(LONG_WATCHDOG).await;
+    let bad = unique_key("wrong-type");
+    // something else wrote a string where the lock's hash goes
+    let _: () = redis::cmd("SET")
+        .arg(format!("lock:{{{bad}}}"))
+        .arg("not a lock")
+        .query(&mut fx.redis())
+        .unwrap();
+    let e = locks.try_lock(&bad).await.unwrap_err();
+    assert_eq!(e.kind(), ErrorKind::Backend);
+    assert!(e.to_string().contains("WRONGTYPE"), "{e}");
+
+    // 32 callers at once: all but the first two queue and share calls with the bad key's
+    let keys: Vec<String> = (0..32)
+        .map(|i| unique_key(&format!("shared-{i}")))
+        .collect();
+    // the lock operation calls (`ops.lua`) naming any of these keys
+    let ops_calls = crate::common::Monitor::start(fx.topo().master_port(), {
+        let names: Vec<String> = keys
+            .iter()
+            .chain([&bad])
+            .map(|k| format!("\"lock:{{{k}}}:turn\""))
+            .collect();
+        move |line: &str| names.iter().any(|n| line.contains(n))
+    })
+    .await;
+    let mut calls = tokio::task::JoinSet::new();
+    for key in keys.iter().cloned().chain([bad.clone()]) {
+        let locks = locks.clone();
+        calls.spawn(async move {
+            let result = locks.try_lock(&key).await;
+            (key, result)
+        });
+    }
+    let mut guards = Vec::new();
+    while let Some(joined) = calls.join_next().await {
+        let (key, result) = joined.unwrap();
+        match result {
+            Ok(guard) => {
+                assert_ne!(key, bad);
+                guards.push(guard);
+            }
+            Err(e) => {
+                assert_eq!(key, bad, "only the bad key fails: {e}");
+                assert!(e.to_string().contains("WRONGTYPE"), "{e}");
+            }
+        }
+    }
+    ops_calls.sync().await;
+    let lines = ops_calls.lines();
+    let bad_acquire = format!("\"lock:{{{bad}}}:turn\"");
+    let shared = lines
+        .iter()
+        .filter(|l| l.contains(&bad_acquire) && l.contains(" \"a\" "))
+        .map(|l| {
+            l.split(' ')
+                .nth(5)
+                .unwrap()
+                .trim_matches('"')
+                .parse::<usize>()
+                .unwrap()
+                / 4
+        })
+        .collect::<Vec<_>>();
+    assert!(
+        shared.len() == 1 && shared[0] > 1,
+        "the bad key's acquire went out in one call with others (operations per call: \
+         {shared:?})"
+    );
+    // two go out at once, the rest together (up to 128 in a call); the failed acquire is then
+    // given back (one more call)
+    assert!(
+        lines.len() * 5 <= 34,
+        "33 acquires took {} calls: they were not shared",
+        lines.len()
+    );
+    assert_eq!(guards.len(), keys.len());
+    for guard in guards {
+        guard.release().await.unwrap();
+    }
+}
+
+/// The README's figure: "64 concurrent callers share about one call per ten operations". 64
+/// tasks lock and release keys of their own; the script calls Redis ran (`INFO commandstats`, on
+/// a server of its own) are at most one per five operations.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn sixty_four_concurrent_callers_share_script_calls() {
+    const CALLERS: usize = 64;
+    const PAIRS: usize = 20;
+    let fx = Fixture::own(Spec::Single).await;
+    let locks = fx.service(LONG_WATCHDOG).await;
+    // the script is loaded and the connections are up before counting
+    locks
+        .lock(unique_key("warm-up"))
+        .await
+        .unwrap()
+        .release()
+        .await
+        .unwrap();
+    let mut con = fx.redis();
+    let calls_before = evalsha_calls(&mut con);
+    let start = Arc::new(tokio::sync::Barrier::new(CALLERS));
+    let mut tasks = tokio::task::JoinSet::new();
+    for i in 0..CALLERS {
+        let (locks, start) = (locks.clone(), start.clone());
+        tasks.spawn(async move {
+            let key = unique_key(&format!("batched-{i}"));
+            start.wait().await;
+            for _ in 0..PAIRS {
+                locks.lock(&key).await.unwrap().release().await.unwrap();
+            }
+        });
+    }
+    tasks.join_all().await;
+    let calls = evalsha_calls(&mut con) - calls_before;
+    let ops = CALLERS * PAIRS * 2;
+    println!("{ops} operations in {calls} script calls");
+    assert!(
+        calls as usize * 5 <= ops,
+        "{ops} operations of {CALLERS} concurrent callers took {calls} script calls"
+    );
+}
