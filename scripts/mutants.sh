@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # The standing mutation check of the lock engine: cargo-mutants changes the engine's code one
-# mutation at a time (engine, local, batch, guard, watchdog: the release, give-back, renewal and
-# hand-off paths by default) and runs the single-node suites against each; a mutant that no test
+# mutation at a time (lock-runtime/src/engine/: acquire, release, local, line, holds, batch,
+# guard, watchdog: the release, give-back, renewal and hand-off paths by default) and runs the single-node suites against each; a mutant that no test
 # catches is "missed". Installs cargo-mutants with cargo when it is missing, and Redis with apt
 # through scripts/test.sh's rules.
 #
@@ -24,11 +24,15 @@ if ! command -v redis-server >/dev/null 2>&1; then
 fi
 
 files=(
-    -f lock-runtime/src/engine.rs
-    -f lock-runtime/src/local.rs
-    -f lock-runtime/src/batch.rs
-    -f lock-runtime/src/guard.rs
-    -f lock-runtime/src/watchdog.rs
+    -f lock-runtime/src/engine/acquire.rs
+    -f lock-runtime/src/engine/release.rs
+    -f lock-runtime/src/engine/local.rs
+    -f lock-runtime/src/engine/line.rs
+    -f lock-runtime/src/engine/holds.rs
+    -f lock-runtime/src/engine/batch.rs
+    -f lock-runtime/src/engine/batcher.rs
+    -f lock-runtime/src/engine/guard.rs
+    -f lock-runtime/src/engine/watchdog.rs
 )
 select=(-F 'release|give_back|renew|hand|drop_grant|add_guard|leave|end_release|begin_release')
 if [ "${1:-}" = "--all" ]; then
