@@ -249,6 +249,21 @@ impl LockService {
             .to_string())
     }
 
+    /// The Redis key of the fencing-token counter serving the lock `key` of `kind`: one
+    /// counter per cluster slot (`lock:fence:{<n>}`), shared by every lock of that slot and
+    /// never expiring; its value is the last token issued in the slot. A compatibility
+    /// contract: deleting it makes the next tokens come from the server clock alone.
+    ///
+    /// # Errors
+    /// [`ErrorKind::InvalidKey`](crate::ErrorKind::InvalidKey) for an empty key.
+    pub fn fence_key(&self, kind: LockKind, key: &str) -> Result<String, LockError> {
+        Ok(self
+            .inner
+            .names(layout(kind).namespace, key)?
+            .fence()
+            .to_owned())
+    }
+
     /// The kind and key of a Redis key of a lock under this service's prefix (the reverse of
     /// [`redis_key`](Self::redis_key)); `None` for any other key, such as a fence counter.
     pub fn parse_redis_key(&self, redis_key: &str) -> Option<(LockKind, String)> {

@@ -376,8 +376,9 @@ impl Drop for Worker {
 }
 
 /// The Redis key of the lock `key` under the default prefix `lock:`, for keys without `{`, `}`
-/// or `%` (which are escaped inside the hash tag); its fence counter, waiting set, turn marker
-/// and wake-up channel are this followed by `:fence`, `:wq`, `:turn` and `:ch`.
+/// or `%` (which are escaped inside the hash tag); its waiting set, turn marker and wake-up
+/// channel are this followed by `:wq`, `:turn` and `:ch` (its fence counter is the one of its
+/// cluster slot: `LockService::fence_key`).
 pub fn lock_key(key: &str) -> String {
     format!("lock:{{{key}}}")
 }

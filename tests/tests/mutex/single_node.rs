@@ -5,7 +5,7 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use crate::common::{Fixture, evalsha_calls, eventually, waiters_in_line};
-use lock_runtime::{ErrorKind, LockService, OwnerId, owner};
+use lock_runtime::{ErrorKind, LockKind, LockService, OwnerId, owner};
 use lock_tests::harness::{Spec, unique_key};
 
 const WATCHDOG: Duration = Duration::from_millis(300);
@@ -296,8 +296,9 @@ async fn fencing_tokens_strictly_increase_across_grants_expiry_and_force_unlock(
     let info = a.inspect(&key).await.unwrap();
     assert_eq!(info.last_fence, tokens.last().copied());
     // The counter survives a flush of the fence key through the clock.
+    let fence_key = a.fence_key(LockKind::Mutex, &key).unwrap();
     let _: () = redis::cmd("DEL")
-        .arg(format!("lock:{{{key}}}:fence"))
+        .arg(&fence_key)
         .query(&mut fx.redis())
         .unwrap();
     let g = a.lock(&key).await.unwrap();
@@ -306,7 +307,7 @@ async fn fencing_tokens_strictly_increase_across_grants_expiry_and_force_unlock(
     g.release().await.unwrap();
     // A stale counter (a failover lost its last writes) does not repeat the tokens it lost.
     let _: () = redis::cmd("SET")
-        .arg(format!("lock:{{{key}}}:fence"))
+        .arg(&fence_key)
         .arg(after_flush - 1_000)
         .query(&mut fx.redis())
         .unwrap();
@@ -317,7 +318,7 @@ async fn fencing_tokens_strictly_increase_across_grants_expiry_and_force_unlock(
     // A counter ahead of the server clock (the clock stepped back): tokens go on from it.
     let ahead = after_flush + 3_600_000_000;
     let _: () = redis::cmd("SET")
-        .arg(format!("lock:{{{key}}}:fence"))
+        .arg(&fence_key)
         .arg(ahead)
         .query(&mut fx.redis())
         .unwrap();
@@ -327,35 +328,36 @@ async fn fencing_tokens_strictly_increase_across_grants_expiry_and_force_unlock(
     assert_eq!(a.lock(&key).await.unwrap().fence(), ahead + 2);
 }
 
+/// The fence counters are one per cluster slot and never expire, whatever `fence_idle_ttl`
+/// says (still accepted, no longer used): a grant and a hand-off to a waiter of the same
+/// service both take their token from the slot's counter and leave it without a TTL.
 #[tokio::test]
-async fn fence_counters_expire_after_the_idle_ttl() {
+async fn fence_counters_never_expire_whatever_the_idle_ttl() {
     let fx = Fixture::single().await;
     let key = unique_key("fence-ttl");
-    let fence_key = format!("lock:{{{key}}}:fence");
-    let pttl = || -> i64 {
-        redis::cmd("PTTL")
-            .arg(&fence_key)
+    let counters = || -> Vec<String> {
+        redis::cmd("KEYS")
+            .arg("lock:fence:{*}")
             .query(&mut fx.redis())
             .unwrap()
     };
-    let never = LockService::connect(fx.config(LONG_WATCHDOG).with_fence_idle_ttl(None))
-        .await
-        .unwrap();
-    never.lock(&key).await.unwrap().release().await.unwrap();
-    assert_eq!(pttl(), -1, "fence_idle_ttl = never keeps the counter");
-
+    let pttl = |counter: &str| -> i64 {
+        redis::cmd("PTTL")
+            .arg(counter)
+            .query(&mut fx.redis())
+            .unwrap()
+    };
     let hour = Duration::from_secs(3600);
     let locks = LockService::connect(fx.config(LONG_WATCHDOG).with_fence_idle_ttl(Some(hour)))
         .await
         .unwrap();
     let held = locks.lock(&key).await.unwrap();
-    let ttl = pttl();
-    assert!((3_500_000..=3_600_000).contains(&ttl), "counter PTTL {ttl}");
+    let before = counters();
+    assert!(!before.is_empty());
+    for counter in &before {
+        assert_eq!(pttl(counter), -1, "{counter} never expires");
+    }
     // a hand-off to a waiter of the same service is a grant as well
-    let _: () = redis::cmd("PERSIST")
-        .arg(&fence_key)
-        .query(&mut fx.redis())
-        .unwrap();
     let (l, k) = (locks.clone(), key.clone());
     let next = tokio::spawn(async move { l.lock(&k).wait(Duration::from_secs(5)).await });
     waiters_in_line(&locks, &key, 1).await;
@@ -363,10 +365,16 @@ async fn fence_counters_expire_after_the_idle_ttl() {
     held.release().await.unwrap();
     let next = next.await.unwrap().unwrap();
     assert!(next.fence() > first);
-    let ttl = pttl();
+    for counter in counters() {
+        assert_eq!(pttl(&counter), -1, "{counter} after the hand-off");
+    }
     assert!(
-        (3_500_000..=3_600_000).contains(&ttl),
-        "PTTL after hand-off {ttl}"
+        redis::cmd("EXISTS")
+            .arg(format!("lock:{{{key}}}:fence"))
+            .query::<bool>(&mut fx.redis())
+            .map(|exists| !exists)
+            .unwrap(),
+        "no counter per lock key"
     );
     next.release().await.unwrap();
 }
