@@ -182,6 +182,11 @@ impl Guard {
     /// least `lease` from now and is never shortened (the watchdog renews it on its own period,
     /// which may come after a shorter lease ran out, while its validity deadline here only ever
     /// moves forward). Other guards of the same grant (re-entries) share the new lease.
+    ///
+    /// A grant that other processes share (an owner the same in every process holding the
+    /// lock in several of them) is lengthened but never shortened: the others count on the
+    /// expiry they were told, so the key's TTL and this guard's validity deadline only move
+    /// forward then, and a fixed lease becomes the longer of the old and the new one.
     pub(crate) async fn extend(&mut self, lease: Duration) -> Result<(), LockError> {
         Engine::check_lease(self.target.kind, self.names(), Some(lease))?;
         if self.is_lost() {
@@ -204,6 +209,14 @@ impl Guard {
                 } else {
                     self.cell.set_valid_until(until);
                     self.lease = Some(lease);
+                }
+                Ok(())
+            }
+            [2] => {
+                // shared with other processes: lengthened at most, never shortened
+                self.cell.extend_to(valid_until(sent, lease_ms));
+                if let Some(old) = self.lease {
+                    self.lease = Some(old.max(lease));
                 }
                 Ok(())
             }

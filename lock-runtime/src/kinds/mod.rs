@@ -220,6 +220,12 @@ macro_rules! guard_methods {
         /// it lasts at least `lease`, then as long as it is held. Re-entries of the same grant
         /// share the new lease.
         ///
+        /// A lock whose owner is the same in every process
+        /// ([`OwnerId::across_processes`](crate::OwnerId::across_processes)) and that other
+        /// processes hold too (one grant they share) is never shortened, as the others are not
+        /// told: the lease becomes `lease` only when that is longer than what is left, and
+        /// [`valid_until`](Self::valid_until) never moves back then.
+        ///
         /// # Errors
         /// [`ErrorKind::NotHeld`](crate::ErrorKind::NotHeld) when the hold is lost (nothing is
         /// changed on Redis), [`ErrorKind::InvalidArgument`](crate::ErrorKind::InvalidArgument)
