@@ -59,7 +59,7 @@ pub(crate) enum OnLost {
 /// Returns `Err` (kind `Lost`) when a lock was lost while the body ran and `on_lost` stopped
 /// it.
 pub(crate) async fn run_body<T>(
-    cores: Vec<Guard>,
+    mut cores: Vec<Guard>,
     on_lost: OnLost,
     body: impl Future<Output = T>,
 ) -> Result<T, LockError> {
@@ -71,6 +71,10 @@ pub(crate) async fn run_body<T>(
         ));
     };
     let held = Held::of(first);
+    for core in &mut cores {
+        // the body is a call chain of its own: its siblings wait for it as usual
+        core.open_body();
+    }
     let holds = cores.iter().map(|core| {
         let (service, lock) = core.chain_frame();
         (service, lock, core.owner().clone())

@@ -20,8 +20,33 @@
 //! ```
 //!
 //! A plain [`LockService::lock`](crate::LockService::lock) call opens no body: it re-enters only
-//! holds of enclosing locked bodies, and a second plain call for the same key in the same
-//! function waits for the first like any other owner would.
+//! holds of enclosing locked bodies. Lock calls are not counted per task (as thread-reentrant
+//! locks count them per thread), so a second call for the same key made next to a plain guard
+//! that is still alive would wait for a guard released only after it returns. Such a call is
+//! refused at once with [`ErrorKind::WouldDeadlock`](crate::ErrorKind::WouldDeadlock) (a call
+//! that only tries once, `wait(Duration::ZERO)`, is told the lock is busy). The precise
+//! rule: it would wait for a guard of this service that a plain lock call (not a locked body's
+//! acquire) returned, and that call was made at the same *site* - the same tokio task (or the
+//! thread of a `block_on`, which runs no task), the same [`chain`] scope and directly in the same
+//! locked body, or outside any - either for the turn of an enclosing body that guard keeps, or
+//! for its hold when that hold is renewed for as long as the guard lives (taken without a
+//! lease). A hold with a fixed lease ends by itself: a call waits for its lease to run out.
+//! That covers
+//!
+//! - `let g = locks.lock(k).await?; locks.lock(k).await` (outside a body, or an annotated fn
+//!   for `k` called next to `g`);
+//! - "lock three times" as plain re-entries in one body: inside a `run` body or an annotated fn
+//!   holding `k`, `let a = locks.lock(k).await?; let b = locks.lock(k).await?;` - `a` keeps the
+//!   body's turn (see above) and `b` would wait for it.
+//!
+//! To re-enter, make the inner part a locked body - [`run`](crate::LockRequest::run) on the
+//! first call, or a `#[distributed_lock]` fn - and lock again inside it; or release the first
+//! guard first. A locked body's guard gives up its site: code next to it (a concurrent child)
+//! waits for the body. Concurrent children of one task that take *plain* guards of one
+//! key directly (`join!` of two `async { locks.lock(k).await ... }` blocks) share a site, which
+//! cannot be told from one function locking twice: the one that finds the other's guard in its
+//! way is refused the same way. Make them locked bodies, chains of their own ([`chain`]) or
+//! tasks, and they take turns.
 //!
 //! Tasks: `tokio::spawn` starts a new chain. [`spawn`] carries the chain's label and its
 //! enclosing holds along, so that a spawned task asking for a lock its parent holds gets
@@ -55,7 +80,8 @@
 
 use std::fmt;
 use std::future::Future;
-use std::sync::{Arc, LazyLock};
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Arc, LazyLock, Mutex, Weak};
 
 use tokio::task::futures::TaskLocalFuture;
 
@@ -215,6 +241,8 @@ where
 /// an explicit owner the middleware set, and the holds of the locked bodies it runs inside.
 #[derive(Clone, Default)]
 pub(crate) struct Chain {
+    /// Which [`chain`] scope this is (0: none).
+    id: u64,
     label: Option<Arc<str>>,
     owner: Option<OwnerId>,
     frames: Option<Arc<Frame>>,
@@ -225,6 +253,8 @@ pub(crate) struct Chain {
 
 /// One locked body of a call chain: the hold it runs under.
 pub(crate) struct Frame {
+    /// Unique in the process: tells the bodies of a chain apart (see [`Site`]).
+    id: u64,
     /// Which service the hold belongs to ([`LockService`](crate::LockService)s are separate
     /// lock domains).
     service: usize,
@@ -232,8 +262,84 @@ pub(crate) struct Frame {
     owner: OwnerId,
     /// Taken by a call that re-enters this hold, for as long as its guard lives: concurrent
     /// children re-enter one at a time.
-    entry: Arc<tokio::sync::Mutex<()>>,
+    entry: Arc<Entry>,
     parent: Option<Arc<Frame>>,
+}
+
+/// The entry of an enclosing hold: whoever re-enters it takes `turn` while its guard lives.
+pub(crate) struct Entry {
+    pub(crate) turn: Arc<tokio::sync::Mutex<()>>,
+    /// Where the plain lock call that holds `turn` was made, while its guard lives (dead for a
+    /// locked body's re-entry, see [`Site`]).
+    holder: Mutex<Weak<Site>>,
+}
+
+impl Entry {
+    fn new() -> Arc<Entry> {
+        Arc::new(Entry {
+            turn: Arc::new(tokio::sync::Mutex::new(())),
+            holder: Mutex::new(Weak::new()),
+        })
+    }
+
+    /// Notes that a call made at `site` holds the turn (for as long as `site` lives).
+    pub(crate) fn entered_at(&self, site: Option<&Arc<Site>>) {
+        *self.holder.lock().unwrap_or_else(|p| p.into_inner()) =
+            site.map_or_else(Weak::new, Arc::downgrade);
+    }
+
+    /// Whether a plain lock call made at `site` holds the turn: one more call from there would
+    /// wait for itself.
+    pub(crate) fn held_at(&self, site: &Site) -> bool {
+        let holder = self.holder.lock().unwrap_or_else(|p| p.into_inner());
+        holder.upgrade().is_some_and(|held| *held == *site)
+    }
+}
+
+/// Where a lock call was made: its tokio task (or, for a future that no task runs, such as the
+/// one `block_on` or `#[tokio::main]` runs, its thread) and its place in the call chain (the [`chain`]
+/// scope and the innermost locked body). A guard that a plain lock call returned keeps its site
+/// for as long as it lives (a locked body's guard gives it up: the body is a call chain of its
+/// own). Another lock call made at the same site that would wait for that guard waits for code
+/// that runs only after it returns: it is refused with
+/// [`ErrorKind::WouldDeadlock`](crate::ErrorKind::WouldDeadlock) instead.
+#[derive(Debug, PartialEq, Eq)]
+pub(crate) struct Site {
+    runner: Runner,
+    chain: u64,
+    body: u64,
+}
+
+/// What polls a future: a tokio task, or the thread of a `block_on`.
+#[derive(Debug, PartialEq, Eq)]
+enum Runner {
+    Task(tokio::task::Id),
+    Thread(std::thread::ThreadId),
+}
+
+/// The site of a lock call made now (`None` outside a tokio runtime).
+pub(crate) fn site() -> Option<Site> {
+    let runner = match tokio::task::try_id() {
+        Some(task) => Runner::Task(task),
+        None => {
+            tokio::runtime::Handle::try_current().ok()?;
+            Runner::Thread(std::thread::current().id())
+        }
+    };
+    let (chain, body) = CHAIN
+        .try_with(|c| (c.id, c.frames.as_ref().map_or(0, |f| f.id)))
+        .unwrap_or((0, 0));
+    Some(Site {
+        runner,
+        chain,
+        body,
+    })
+}
+
+/// A new id for a chain scope or a locked body.
+fn next_id() -> u64 {
+    static NEXT: AtomicU64 = AtomicU64::new(1);
+    NEXT.fetch_add(1, Ordering::Relaxed)
 }
 
 /// How a lock call without an explicit owner relates to the current call chain.
@@ -241,10 +347,7 @@ pub(crate) enum Resolved {
     /// Acquire as this owner (explicit, or fresh for a new hold).
     Owner(OwnerId),
     /// Re-enter the hold of this enclosing body, after taking its entry.
-    ReEnter {
-        owner: OwnerId,
-        entry: Arc<tokio::sync::Mutex<()>>,
-    },
+    ReEnter { owner: OwnerId, entry: Arc<Entry> },
     /// The chain holds it across a spawned task.
     AcrossSpawn,
 }
@@ -351,6 +454,7 @@ pub(crate) fn chain_scope<F: Future>(
 ) -> TaskLocalFuture<Chain, F> {
     CHAIN.scope(
         Chain {
+            id: next_id(),
             label,
             owner,
             frames: None,
@@ -369,10 +473,11 @@ pub(crate) fn bodies_scope<F: Future>(
     let mut chain = CHAIN.try_with(Chain::clone).unwrap_or_default();
     for (service, lock, owner) in holds {
         chain.frames = Some(Arc::new(Frame {
+            id: next_id(),
             service,
             lock,
             owner,
-            entry: Arc::new(tokio::sync::Mutex::new(())),
+            entry: Entry::new(),
             parent: chain.frames.take(),
         }));
     }

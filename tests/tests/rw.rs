@@ -719,11 +719,12 @@ async fn an_upgrade_is_refused_at_once() {
         .await
         .unwrap_err();
     refused(e, asked, "with an explicit owner");
-    // another owner is no upgrade: it waits for the reader like any writer
-    let e = a
-        .write(&key)
-        .wait(Duration::from_millis(300))
+    // another owner is no upgrade: it waits for the reader like any writer (in another task:
+    // next to the read guard it would wait for a guard held by its own code)
+    let (a2, k2) = (a.clone(), key.clone());
+    let e = tokio::spawn(async move { a2.write(&k2).wait(Duration::from_millis(300)).await })
         .await
+        .unwrap()
         .unwrap_err();
     assert_eq!(e.kind(), ErrorKind::Timeout, "{e}");
     r.release().await.unwrap();

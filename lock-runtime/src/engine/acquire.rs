@@ -19,17 +19,20 @@ use super::target::Target;
 use crate::detach::Detachable;
 use crate::error::{ErrorKind, LockError};
 use crate::metrics::{self, How, Outcome};
-use crate::owner::OwnerId;
+use crate::owner::{OwnerId, Site};
 use crate::scripts::{self, ScriptCall};
 
 impl Engine {
-    /// Acquires `target` for `owner`, waiting up to `wait` (`None`: until acquired).
+    /// Acquires `target` for `owner`, waiting up to `wait` (`None`: until acquired), for a
+    /// lock call made at `site`: a call that would wait for a guard a call from the same site
+    /// holds is refused (`WouldDeadlock`), and the guard keeps `site`.
     pub(crate) async fn acquire(
         self: Arc<Self>,
         target: Target,
         owner: OwnerId,
         lease: Option<Duration>,
         wait: Option<Duration>,
+        site: Option<Arc<Site>>,
     ) -> Result<Guard, LockError> {
         let span = tracing::info_span!(
             "lock.acquire",
@@ -51,10 +54,15 @@ impl Engine {
                 lease,
                 deadline,
                 wait.unwrap_or(Duration::MAX),
+                site.as_deref(),
                 &mut path,
             )
             .instrument(span.clone())
-            .await;
+            .await
+            .map(|mut guard| {
+                guard.mark_site(site);
+                guard
+            });
         let took = started.elapsed();
         span.record("waited_ms", took.as_millis() as u64);
         let outcome = match &result {
@@ -76,6 +84,7 @@ impl Engine {
         result
     }
 
+    #[allow(clippy::too_many_arguments)]
     async fn acquire_inner(
         self: &Arc<Self>,
         target: Target,
@@ -83,6 +92,7 @@ impl Engine {
         lease: Option<Duration>,
         deadline: Option<Instant>,
         wait: Duration,
+        site: Option<&Site>,
         path: &mut Path,
     ) -> Result<Guard, LockError> {
         let names = &target.names;
@@ -151,6 +161,17 @@ impl Engine {
             }
         }
 
+        // A hold of this service that a guard of a call made at the same site keeps: that
+        // guard goes only after this call returns, so waiting for it could never end.
+        let waits_for_itself = || {
+            wait > Duration::ZERO
+                && site
+                    .is_some_and(|site| self.local.held_at(&names.lock, &field, kind.shared, site))
+        };
+        if waits_for_itself() {
+            return Err(Self::would_deadlock_error(kind, names));
+        }
+
         let grant = new_grant_id();
         let (id, wake) = self
             .local
@@ -174,6 +195,11 @@ impl Engine {
                 }
                 Turn::Wait => {}
                 Turn::Behind { until } => {
+                    // the hold came while this call waited (a concurrent child at its site)
+                    if waits_for_itself() {
+                        ticket.leave_now().await;
+                        return Err(Self::would_deadlock_error(kind, names));
+                    }
                     hint = Some(
                         until.saturating_duration_since(Instant::now()) + Duration::from_millis(1),
                     );

@@ -128,6 +128,29 @@ impl Engine {
         .with_key(&names.user)
     }
 
+    /// The error of a lock call that would wait for a guard that a lock call made at the same
+    /// site holds (see [`Site`](crate::owner::Site)): waiting could never end.
+    pub(crate) fn would_deadlock_error(kind: &Kind, names: &KeyNames) -> LockError {
+        LockError::new(
+            ErrorKind::WouldDeadlock,
+            format!(
+                "{} `{}` is held by a guard that this code holds itself: a lock call made at \
+                 the same place of the call chain (outside any locked body, or directly in the \
+                 same one) as an earlier call whose guard is still alive would wait for that \
+                 guard, which is released only after this call returns. Lock calls are not \
+                 counted per task: they re-enter the holds of enclosing locked bodies. To \
+                 re-enter, run the inner part as a locked body - `.run(|held| ...)` on the \
+                 first lock call, or a #[distributed_lock] fn - and lock again inside it \
+                 (nested `run` bodies and annotated fns re-enter), or release the first guard \
+                 first. Concurrent children of one task that lock the same key (`join!`, \
+                 `select!`) are refused the same way: make them locked bodies, chains of \
+                 their own (`owner::chain`) or tasks",
+                kind.noun, names.user
+            ),
+        )
+        .with_key(&names.user)
+    }
+
     /// How long this service stays registered as waiting after a failed attempt: until it
     /// will have tried again at the latest (0: it will not wait, do not register).
     pub(crate) fn waiter_horizon(&self, deadline: Option<Instant>) -> u64 {

@@ -14,7 +14,7 @@ use super::reply::Released;
 use super::target::Target;
 use crate::error::{ErrorKind, LockError};
 use crate::events::HoldInfo;
-use crate::owner::OwnerId;
+use crate::owner::{OwnerId, Site};
 use crate::scripts::ScriptCall;
 use crate::vocab::LossReason;
 
@@ -37,6 +37,9 @@ pub(crate) struct Guard {
     entry: Option<tokio::sync::OwnedMutexGuard<()>>,
     /// The hold's first guard (the others re-enter it): its release ends the hold time.
     first: bool,
+    /// Where the plain lock call that returned this guard was made (`None` for a locked
+    /// body's guard): another call from there must not wait for this guard.
+    site: Option<Arc<Site>>,
 }
 
 impl Guard {
@@ -73,7 +76,26 @@ impl Guard {
             released: false,
             entry: None,
             first,
+            site: None,
         }
+    }
+
+    /// Keeps `site`, where the lock call that got this guard was made, for as long as the guard
+    /// lives, and notes it with the hold (see [`Site`]).
+    pub(crate) fn mark_site(&mut self, site: Option<Arc<Site>>) {
+        if let Some(site) = &site {
+            let lock = &self.target.names.lock;
+            self.inner
+                .local
+                .add_site(lock, &self.grant, Arc::downgrade(site));
+        }
+        self.site = site;
+    }
+
+    /// The guard now holds a locked body, a call chain of its own: it gives up its site, so
+    /// that concurrent children of the code that made it wait for the body as usual.
+    pub(crate) fn open_body(&mut self) {
+        self.site = None;
     }
 
     /// Keeps the entry of the enclosing hold this guard re-enters until the guard goes.
@@ -182,6 +204,11 @@ impl Guard {
     /// least `lease` from now and is never shortened (the watchdog renews it on its own period,
     /// which may come after a shorter lease ran out, while its validity deadline here only ever
     /// moves forward). Other guards of the same grant (re-entries) share the new lease.
+    ///
+    /// A grant that other processes share (an owner the same in every process holding the
+    /// lock in several of them) is lengthened but never shortened: the others count on the
+    /// expiry they were told, so the key's TTL and this guard's validity deadline only move
+    /// forward then, and a fixed lease becomes the longer of the old and the new one.
     pub(crate) async fn extend(&mut self, lease: Duration) -> Result<(), LockError> {
         Engine::check_lease(self.target.kind, self.names(), Some(lease))?;
         if self.is_lost() {
@@ -204,6 +231,14 @@ impl Guard {
                 } else {
                     self.cell.set_valid_until(until);
                     self.lease = Some(lease);
+                }
+                Ok(())
+            }
+            [2] => {
+                // shared with other processes: lengthened at most, never shortened
+                self.cell.extend_to(valid_until(sent, lease_ms));
+                if let Some(old) = self.lease {
+                    self.lease = Some(old.max(lease));
                 }
                 Ok(())
             }

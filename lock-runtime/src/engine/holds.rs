@@ -1,6 +1,6 @@
 //! Holds in this process: grants (generations) with their guards and validity deadlines.
 
-use std::sync::{Arc, Mutex, OnceLock};
+use std::sync::{Arc, Mutex, OnceLock, Weak};
 use std::time::{Duration, Instant};
 
 use tokio_util::sync::CancellationToken;
@@ -8,6 +8,7 @@ use tokio_util::sync::CancellationToken;
 use super::ids::{GrantId, OwnerField};
 use super::kind::Kind;
 use crate::events::HoldInfo;
+use crate::owner::Site;
 use crate::vocab::LossReason;
 
 /// How long a hold is valid for here: the lease counted from when the grant or renewal was
@@ -108,6 +109,8 @@ pub(super) struct Hold {
     /// Guards without a lease: the watchdog renews the key while this is > 0.
     pub(super) watched: u32,
     pub(super) cell: Arc<HoldCell>,
+    /// Where the plain lock calls whose guards hold it were made, while those guards live.
+    pub(super) sites: Vec<Weak<Site>>,
 }
 
 impl Hold {
@@ -158,6 +161,7 @@ pub(super) fn add_hold(
         guards: 1,
         watched: u32::from(watched),
         cell: cell.clone(),
+        sites: Vec::new(),
     });
     cell
 }

@@ -12,7 +12,7 @@
 
 use std::collections::{HashMap, VecDeque};
 use std::sync::atomic::AtomicU64;
-use std::sync::{Arc, Mutex, MutexGuard};
+use std::sync::{Arc, Mutex, MutexGuard, Weak};
 use std::time::Instant;
 
 use tokio::sync::Notify;
@@ -20,6 +20,7 @@ use tokio::sync::Notify;
 use super::holds::{Hold, HoldCell, add_hold, valid_until};
 use super::ids::{GrantId, LockKey, OwnerField};
 use super::kind::Kind;
+use crate::owner::Site;
 use crate::vocab::LossReason;
 
 #[derive(Default)]
@@ -200,6 +201,39 @@ impl Local {
                 .filter(|h| &*h.owner == owner && h.live(now))
                 .map(|h| h.kind)
                 .collect()
+        })
+    }
+
+    /// Notes that a guard of the grant `grant` of `key` was returned to a plain lock call made
+    /// at `site`, for as long as `site` lives.
+    pub(crate) fn add_site(&self, key: &str, grant: &str, site: Weak<Site>) {
+        let mut keys = self.lock();
+        let Some(hold) = keys
+            .get_mut(key)
+            .and_then(|state| state.holds.iter_mut().find(|h| &*h.grant == grant))
+        else {
+            return;
+        };
+        hold.sites.retain(|s| s.strong_count() > 0);
+        hold.sites.push(site);
+    }
+
+    /// Whether a valid hold of `key` that keeps `owner` (asking for a hold that is `shared`
+    /// or not) from getting it is watched (renewed for as long as a guard without a lease
+    /// lives) and has a guard that a plain lock call made at `site` holds: waiting for it there
+    /// would wait for itself. A hold with fixed leases only ends by itself.
+    pub(crate) fn held_at(&self, key: &str, owner: &OwnerField, shared: bool, site: &Site) -> bool {
+        let keys = self.lock();
+        let now = Instant::now();
+        keys.get(key).is_some_and(|state| {
+            state.holds.iter().any(|h| {
+                h.live(now)
+                    && h.watched > 0
+                    && h.blocks(owner, shared)
+                    && h.sites
+                        .iter()
+                        .any(|s| s.upgrade().is_some_and(|s| *s == *site))
+            })
         })
     }
 

@@ -126,13 +126,22 @@ impl Acquiring {
         let target = self.target?;
         Engine::check_lease(target.kind, &target.names, lease)?;
         let inner = self.inner;
+        // where this call is made (awaited): a guard it gets keeps it
+        let site = owner::site().map(Arc::new);
         match self.resolved {
-            owner::Resolved::Owner(owner) => inner.acquire(target, owner, lease, wait).await,
+            owner::Resolved::Owner(owner) => inner.acquire(target, owner, lease, wait, site).await,
             owner::Resolved::ReEnter { owner, entry } => {
+                // a plain re-entry made here holds the entry: it goes only after this returns
+                if wait != Some(Duration::ZERO)
+                    && site.as_deref().is_some_and(|site| entry.held_at(site))
+                {
+                    return Err(Engine::would_deadlock_error(target.kind, &target.names));
+                }
                 // concurrent children of the holding body re-enter one at a time
                 let started = std::time::Instant::now();
+                let turn = entry.turn.clone();
                 let entered = match wait {
-                    Some(wait) => tokio::time::timeout(wait, entry.lock_owned())
+                    Some(wait) => tokio::time::timeout(wait, turn.lock_owned())
                         .await
                         .map_err(|_| {
                             let (kind, label) = (target.kind.mode, target.label);
@@ -140,10 +149,14 @@ impl Acquiring {
                             metrics::acquired(kind, label, outcome, None, took, true);
                             inner.timeout_error(target.kind, &target.names, wait)
                         })?,
-                    None => entry.lock_owned().await,
+                    None => turn.lock_owned().await,
                 };
                 let left = wait.map(|w| w.saturating_sub(started.elapsed()));
-                let mut guard = inner.acquire(target, owner, lease, left).await?;
+                let mut guard = inner
+                    .acquire(target, owner, lease, left, site.clone())
+                    .await?;
+                // from the moment the caller has the guard (a locked body gives it up at once)
+                entry.entered_at(site.as_ref());
                 guard.hold_entry(entered);
                 Ok(guard)
             }
@@ -219,6 +232,12 @@ macro_rules! guard_methods {
         /// A hold without a lease stays watched: the watchdog keeps renewing it afterwards, so
         /// it lasts at least `lease`, then as long as it is held. Re-entries of the same grant
         /// share the new lease.
+        ///
+        /// A lock whose owner is the same in every process
+        /// ([`OwnerId::across_processes`](crate::OwnerId::across_processes)) and that other
+        /// processes hold too (one grant they share) is never shortened, as the others are not
+        /// told: the lease becomes `lease` only when that is longer than what is left, and
+        /// [`valid_until`](Self::valid_until) never moves back then.
         ///
         /// # Errors
         /// [`ErrorKind::NotHeld`](crate::ErrorKind::NotHeld) when the hold is lost (nothing is

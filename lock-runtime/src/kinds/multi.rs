@@ -15,7 +15,7 @@ use super::Acquiring;
 use super::mutex::{LAYOUT, LockGuard, MUTEX};
 use crate::engine::{Engine, Guard, Target, guard};
 use crate::error::{ErrorKind, LockError};
-use crate::owner::OwnerId;
+use crate::owner::{self, OwnerId};
 
 /// A request for several locks at once, built by [`LockService::lock_all`](crate::LockService::lock_all); awaiting it
 /// acquires all of them or none.
@@ -111,7 +111,11 @@ impl<'a> IntoFuture for MultiRequest<'a> {
                     Engine::check_lease(target.kind, &target.names, lease)?;
                 }
                 let taken = inner.try_all_at_once(fresh, lease).await;
-                guards.extend(taken.into_iter().map(|core| LockGuard { core }));
+                let site = owner::site().map(Arc::new);
+                guards.extend(taken.into_iter().map(|mut core| {
+                    core.mark_site(site.clone());
+                    LockGuard { core }
+                }));
                 if guards.len() == acquirings.len() {
                     return Ok(MultiGuard { guards });
                 }

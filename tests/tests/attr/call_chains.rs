@@ -182,10 +182,11 @@ async fn plain_section(name: &str) -> Result<(), AppError> {
 async fn a_plain_lock_call_opens_no_body() {
     let locks = setup().await;
     let name = unique_key("plain");
-    // a guard held in a fn is no locked body: a call made next to it is another owner
+    // a guard held in a fn is no locked body: a call made next to it is another owner, which
+    // would wait for a guard that goes only after it returns
     let guard = locks.lock(format!("plain:{name}")).await.unwrap();
     let err = plain_section(&name).await.unwrap_err();
-    assert_eq!(err.0.kind(), ErrorKind::Timeout);
+    assert_eq!(err.0.kind(), ErrorKind::WouldDeadlock);
     guard.release().await.unwrap();
     // run() makes one
     locks
@@ -227,4 +228,111 @@ async fn async_trait_methods_run_under_the_lock() {
     assert_eq!(seen.max(), 1, "the three posts ran at once");
     assert!(fences.iter().all(|f| *f > 0));
     assert!(!locks.is_locked(&format!("books:{account}")).await.unwrap());
+}
+
+#[distributed_lock(key = "thrice:<name>", wait = "5s")]
+async fn lock_three_times(name: &str, locks: &LockService) -> Result<ErrorKind, AppError> {
+    let key = format!("thrice:{name}");
+    let first = locks.lock(&key).await?;
+    let second = locks.lock(&key).wait(Duration::from_secs(3)).await;
+    drop(first);
+    Ok(second.map(drop).unwrap_err().kind())
+}
+
+/// A second lock call on a key whose guard the same task holds at the same level (outside any
+/// locked body, or as a plain re-entry in the same body) can never be granted by waiting: it is
+/// refused at once with `WouldDeadlock`, not after its whole wait. Trying once still says the
+/// lock is busy, and another task still waits for the guard as usual.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_second_lock_of_a_key_this_task_holds_is_refused_at_once() {
+    let locks = setup().await;
+    let key = unique_key("relock");
+    let wait = Duration::from_secs(3);
+
+    // outside a locked body
+    let held = locks.lock(&key).await.unwrap();
+    let started = std::time::Instant::now();
+    let err = locks.lock(&key).wait(wait).await.unwrap_err();
+    assert_eq!(err.kind(), ErrorKind::WouldDeadlock, "{err}");
+    assert!(
+        started.elapsed() < Duration::from_secs(1),
+        "refused at once"
+    );
+    for how in ["run", "distributed_lock"] {
+        assert!(
+            err.to_string().contains(how),
+            "the error says how to re-enter: {err}"
+        );
+    }
+    let busy = locks.try_lock(&key).await.unwrap_err();
+    assert_eq!(busy.kind(), ErrorKind::Timeout, "{busy}");
+    // another task waits for the guard and gets it once it is released
+    let waiter = {
+        let (locks, key) = (locks.clone(), key.clone());
+        tokio::spawn(async move { locks.lock(&key).wait(Duration::from_secs(5)).await })
+    };
+    tokio::time::sleep(Duration::from_millis(200)).await;
+    assert!(!waiter.is_finished(), "another task waits");
+    held.release().await.unwrap();
+    waiter.await.unwrap().unwrap().release().await.unwrap();
+
+    // concurrent children of one task that take plain guards directly are at one site: the
+    // one that would wait is refused; as chains of their own they take turns
+    let child = |chain: Option<&'static str>| {
+        let work = async {
+            let guard = locks.lock(&key).wait(Duration::from_secs(5)).await?;
+            tokio::time::sleep(Duration::from_millis(100)).await;
+            guard.release().await
+        };
+        async move {
+            match chain {
+                Some(label) => owner::chain(label, work).await,
+                None => work.await,
+            }
+        }
+    };
+    let (a, b) = tokio::join!(child(None), child(None));
+    let refused = [&a, &b]
+        .iter()
+        .filter(|r| {
+            r.as_ref()
+                .is_err_and(|e| e.kind() == ErrorKind::WouldDeadlock)
+        })
+        .count();
+    assert_eq!(refused, 1, "{a:?} {b:?}");
+    assert!(a.is_ok() || b.is_ok(), "{a:?} {b:?}");
+    let (a, b) = tokio::join!(child(Some("job-a")), child(Some("job-b")));
+    a.unwrap();
+    b.unwrap();
+
+    // "lock three times" as plain re-entries in one `run` body
+    let started = std::time::Instant::now();
+    let kinds = locks
+        .lock(&key)
+        .run(|_| async {
+            let first = locks.lock(&key).await.unwrap();
+            let second = locks.lock(&key).wait(wait).await.map(drop);
+            let third = locks.lock(&key).wait(wait).await.map(drop);
+            drop(first);
+            [second.unwrap_err().kind(), third.unwrap_err().kind()]
+        })
+        .await
+        .unwrap();
+    assert_eq!(kinds, [ErrorKind::WouldDeadlock; 2]);
+    assert!(
+        started.elapsed() < Duration::from_secs(1),
+        "refused at once"
+    );
+
+    // the same in an annotated fn
+    let name = unique_key("thrice");
+    let started = std::time::Instant::now();
+    let kind = lock_three_times(&name, locks).await.unwrap();
+    assert_eq!(kind, ErrorKind::WouldDeadlock);
+    assert!(
+        started.elapsed() < Duration::from_secs(1),
+        "refused at once"
+    );
+    assert!(!locks.is_locked(&key).await.unwrap());
+    assert!(!locks.is_locked(&format!("thrice:{name}")).await.unwrap());
 }

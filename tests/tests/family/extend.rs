@@ -8,7 +8,8 @@ use std::time::{Duration, Instant};
 
 use crate::common::{Fixture, eventually, lock_key};
 use lock_runtime::{
-    ErrorKind, LockError, LockGuard, LockService, MultiGuard, Permit, ReadGuard, WriteGuard,
+    ErrorKind, LockError, LockGuard, LockService, MultiGuard, OwnerId, Permit, ReadGuard,
+    WriteGuard,
 };
 use lock_tests::harness::unique_key;
 
@@ -353,4 +354,75 @@ async fn a_short_extend_of_a_watched_hold_never_lets_it_expire_unnoticed() {
         }
         hold.release().await.unwrap();
     }
+}
+
+/// An owner that is the same in every process holds a lock in two services under one shared
+/// grant. A shorter `extend` in one of them must not cut the key short under the other, which
+/// was never told: after the shorter lease a third service is not granted the lock while the
+/// other guard says it is valid. Lengthening still works; once the grant is no longer shared,
+/// shortening does too.
+#[tokio::test]
+async fn a_shorter_extend_never_cuts_a_grant_another_process_shares() {
+    let fx = Fixture::single().await;
+    let (p1, p2, p3) = (
+        fx.service(LONG).await,
+        fx.service(LONG).await,
+        fx.service(LONG).await,
+    );
+    let key = unique_key("extend-shared");
+    let mesh = OwnerId::across_processes(unique_key("op"));
+    let lease = Duration::from_secs(10);
+    let mut g1 = p1
+        .lock(&key)
+        .owner(mesh.clone())
+        .lease(lease)
+        .await
+        .unwrap();
+    let g2 = p2
+        .lock(&key)
+        .owner(mesh.clone())
+        .lease(lease)
+        .await
+        .unwrap();
+    assert_eq!(g1.fence(), g2.fence(), "one shared grant");
+
+    let until = g1.valid_until();
+    g1.extend(Duration::from_millis(200)).await.unwrap();
+    let shortened = g1.valid_until() < until;
+    tokio::time::sleep(Duration::from_millis(400)).await;
+    match p3.try_lock(&key).await {
+        Ok(third) => panic!(
+            "a third service was granted the lock (fence {}) while P2's guard is valid for {:?}",
+            third.fence(),
+            g2.valid_until().saturating_duration_since(Instant::now())
+        ),
+        Err(e) => assert_eq!(e.kind(), ErrorKind::Timeout, "{e}"),
+    }
+    assert!(!g2.is_lost());
+    assert!(
+        !shortened,
+        "P1's guard believes in a shorter lease than the key has"
+    );
+    let ms = pttl(&fx, &lock_key(&key));
+    assert!((9000..=10_000).contains(&ms), "PTTL {ms}");
+
+    // lengthening a shared grant works
+    g1.extend(Duration::from_secs(20)).await.unwrap();
+    let ms = pttl(&fx, &lock_key(&key));
+    assert!((19_000..=20_000).contains(&ms), "PTTL {ms}");
+
+    // no longer shared: a shorter lease applies
+    g2.release().await.unwrap();
+    g1.extend(Duration::from_millis(300)).await.unwrap();
+    let ms = pttl(&fx, &lock_key(&key));
+    assert!((1..=300).contains(&ms), "PTTL {ms}");
+    eventually(
+        "the 300 ms lease ran out",
+        Duration::from_secs(3),
+        || async { !fx.exists(&lock_key(&key)) },
+    )
+    .await;
+    assert!(g1.is_lost());
+    let third = p3.lock(&key).wait(Duration::from_secs(1)).await.unwrap();
+    third.release().await.unwrap();
 }

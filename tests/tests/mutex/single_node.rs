@@ -108,8 +108,8 @@ async fn without_a_scope_every_lock_call_is_a_new_owner() {
     let second = locks.lock(&key).wait(Duration::from_millis(100)).await;
     assert_eq!(
         second.unwrap_err().kind(),
-        ErrorKind::Timeout,
-        "the second call is another owner: it waits"
+        ErrorKind::WouldDeadlock,
+        "the second call is another owner, which would wait for the guard held next to it"
     );
     let other = locks.lock(&other_key).await.unwrap();
     assert_ne!(first.owner(), other.owner(), "two calls, two owners");
@@ -470,7 +470,9 @@ async fn timeouts_name_the_key_and_zero_wait_tries_once() {
     let fx = Fixture::single().await;
     let locks: LockService = fx.service(LONG_WATCHDOG).await;
     let key = unique_key("timeout");
-    let guard = locks.lock(&key).await.unwrap();
+    // held by another service (a second call next to a guard of its own is refused at once)
+    let other = fx.service(LONG_WATCHDOG).await;
+    let guard = other.lock(&key).await.unwrap();
     let started = Instant::now();
     let err = locks
         .lock(&key)
