@@ -33,6 +33,22 @@
 //! fields of another mode and malformed values are [`ErrorKind::Config`] errors that name the
 //! file, the field and what was expected.
 //!
+//! # Durations
+//!
+//! Every duration is checked when the configuration is loaded, and the same checks run for a
+//! configuration built in code (when [`LockService::connect`](crate::LockService::connect)
+//! starts): a value outside its range is a `Config` error naming the field, the value and the
+//! range.
+//!
+//! | field | range | why |
+//! |---|---|---|
+//! | `redis.connect_timeout`, `redis.response_timeout`, `redis.sync_timeout` | 1ms to 1h | zero fails every call; no answer is worth waiting an hour for |
+//! | `lock.watchdog_timeout` | 30ms to 3650d | a lease: at most the longest lease a lock takes (about ten years); renewed every third, and a renewal needs its 10 ms |
+//! | `lock.default_wait` | 0ms to 365d, or `"forever"` | zero tries once; a longer wait is a mistake or meant as `"forever"` |
+//! | `lock.fence_idle_ttl` | 1m to 3650d, or `"never"` | see [`LockConfig::with_fence_idle_ttl`] |
+//!
+//! With `sync_replicas` set, `sync_timeout` must also be shorter than `response_timeout`.
+//!
 //! # TLS
 //!
 //! Connections use TLS where the URLs say `rediss://`: then every URL of the configuration must
@@ -318,20 +334,22 @@ impl LockConfig {
         self
     }
 
-    /// Sets the lease of locks taken without one (default 30 s); they are renewed every third.
+    /// Sets the lease of locks taken without one (default 30 s, from 30 ms to 3650 days); they
+    /// are renewed every third.
     pub fn with_watchdog_timeout(mut self, timeout: Duration) -> Self {
         self.watchdog_timeout = timeout;
         self
     }
 
-    /// Sets how long annotated fns wait by default (default 3 s).
+    /// Sets how long annotated fns wait by default (default 3 s, at most 365 days, or
+    /// [`DefaultWait::Forever`]).
     pub fn with_default_wait(mut self, wait: DefaultWait) -> Self {
         self.default_wait = wait;
         self
     }
 
-    /// Sets how long a lock's fencing counter lives without a grant (default 5 minutes, at least
-    /// 1 minute); `None` keeps counters forever.
+    /// Sets how long a lock's fencing counter lives without a grant (default 5 minutes, from 1
+    /// minute to 3650 days); `None` keeps counters forever.
     ///
     /// Tokens are `max(last token + 1, server clock in microseconds)`. The counter only matters
     /// for grants in the same microsecond and for a server clock that steps back; once it
@@ -354,19 +372,20 @@ impl LockConfig {
         self
     }
 
-    /// Sets how long connecting may take (default 3 s).
+    /// Sets how long connecting may take (default 3 s, from 1 ms to 1 h).
     pub fn with_connect_timeout(mut self, timeout: Duration) -> Self {
         self.connect_timeout = timeout;
         self
     }
 
-    /// Sets how long one Redis operation may take (default 3 s).
+    /// Sets how long one Redis operation may take (default 3 s, from 1 ms to 1 h).
     pub fn with_response_timeout(mut self, timeout: Duration) -> Self {
         self.response_timeout = timeout;
         self
     }
 
-    /// Requires `replicas` replicas to acknowledge every grant within `timeout` (Redis `WAIT`);
+    /// Requires `replicas` replicas to acknowledge every grant within `timeout` (Redis `WAIT`;
+    /// from 1 ms to 1 h, and shorter than the response timeout);
     /// a grant they do not acknowledge in time is given back and the caller gets
     /// [`ErrorKind::ReplicaSync`]. 0 (the default) turns it off. Not available in single mode.
     ///

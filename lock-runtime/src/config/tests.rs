@@ -229,3 +229,102 @@ fn durations() {
     assert!(parse_duration("-1s").is_err());
     assert!(parse_duration("99999999999999999h").is_err());
 }
+
+const SINGLE: &str = "[redis]\nmode = \"single\"\nurl = \"redis://h:1\"\n";
+
+/// `field = "value"` in its table of a single-mode file.
+fn file_with(field: &str, value: &str) -> String {
+    match field.split_once('.') {
+        Some(("redis", name)) => format!("{SINGLE}{name} = \"{value}\"\n"),
+        Some(("lock", name)) => format!("{SINGLE}[lock]\n{name} = \"{value}\"\n"),
+        _ => unreachable!("{field}"),
+    }
+}
+
+/// The same value set through the builders.
+fn built_with(field: &str, value: &str) -> LockConfig {
+    let c = LockConfig::single("redis://h:1");
+    if field == "lock.default_wait" && value == "forever" {
+        return c.with_default_wait(DefaultWait::Forever);
+    }
+    let d = parse_duration(value).unwrap();
+    match field {
+        "redis.connect_timeout" => c.with_connect_timeout(d),
+        "redis.response_timeout" => c.with_response_timeout(d),
+        "redis.sync_timeout" => c.with_sync_replicas(0, d),
+        "lock.watchdog_timeout" => c.with_watchdog_timeout(d),
+        "lock.default_wait" => c.with_default_wait(DefaultWait::For(d)),
+        "lock.fence_idle_ttl" => c.with_fence_idle_ttl(Some(d)),
+        _ => unreachable!("{field}"),
+    }
+}
+
+/// Every duration, its allowed range as the message writes it, the values just inside and
+/// (where there is one) just outside each end.
+const DURATION_BOUNDS: [(&str, &str, &[&str], &[&str]); 6] = [
+    (
+        "redis.connect_timeout",
+        "1ms to 1h",
+        &["1ms", "1h"],
+        &["0ms", "3600001ms"],
+    ),
+    (
+        "redis.response_timeout",
+        "1ms to 1h",
+        &["1ms", "1h"],
+        &["0ms", "3600001ms"],
+    ),
+    (
+        "redis.sync_timeout",
+        "1ms to 1h",
+        &["1ms", "1h"],
+        &["0ms", "3600001ms"],
+    ),
+    (
+        "lock.watchdog_timeout",
+        "30ms to 3650d",
+        &["30ms", "3650d"],
+        &["29ms", "3651d", "99999d"],
+    ),
+    (
+        "lock.default_wait",
+        "0ms to 365d",
+        &["0ms", "365d", "forever"],
+        &["366d", "99999d"],
+    ),
+    (
+        "lock.fence_idle_ttl",
+        "1m to 3650d",
+        &["1m", "3650d"],
+        &["59999ms", "3651d"],
+    ),
+];
+
+#[test]
+fn every_duration_is_range_checked_in_files_and_builders() {
+    for (field, range, inside, outside) in DURATION_BOUNDS {
+        for value in inside {
+            if let Err(e) = LockConfig::from_toml_str(&file_with(field, value)) {
+                panic!("{field} = {value:?} must load: {e}");
+            }
+            if let Err(e) = built_with(field, value).validate() {
+                panic!("{field} = {value:?} must pass validate: {e}");
+            }
+        }
+        for value in outside {
+            for e in [
+                LockConfig::from_toml_str(&file_with(field, value)).err(),
+                built_with(field, value).validate().err(),
+            ] {
+                let e = e.unwrap_or_else(|| panic!("{field} = {value:?} must be refused"));
+                assert!(e.is_config(), "{e:?}");
+                let text = e.to_string();
+                assert!(
+                    text.contains(&format!("`{field}`")) && text.contains(range),
+                    "{field} = {value:?}: {text}"
+                );
+                assert!(text.contains(value), "{field} = {value:?}: {text}");
+            }
+        }
+    }
+}
