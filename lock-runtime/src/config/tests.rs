@@ -328,3 +328,113 @@ fn every_duration_is_range_checked_in_files_and_builders() {
         }
     }
 }
+
+/// Everything an error shows: its message, its `Debug`, and both of every source below it.
+fn every_text(e: &LockError) -> String {
+    let mut text = format!("{e}\n{e:?}\n");
+    let mut source = std::error::Error::source(e);
+    while let Some(s) = source {
+        text.push_str(&format!("{s}\n{s:?}\n"));
+        source = s.source();
+    }
+    text
+}
+
+#[test]
+fn a_mistake_in_the_file_does_not_print_its_secrets() {
+    let secret = "s3cret-pw";
+    let with_password = format!("{SINGLE}password = \"{secret}\"\n");
+    for (text, says) in [
+        // not TOML: a duration without quotes
+        (format!("{with_password}response_timeout = 3s\n"), "line 5"),
+        // a typo in a field name
+        (
+            format!("{with_password}respons_timeout = \"3s\"\n"),
+            "line 5",
+        ),
+        // a typo in the password's own field name
+        (format!("{SINGLE}pasword = \"{secret}\"\n"), "pasword"),
+        // a wrong value type
+        (
+            format!("{with_password}sync_replicas = \"one\"\n"),
+            "line 5",
+        ),
+    ] {
+        let e = LockConfig::from_toml_str(&text).unwrap_err();
+        assert!(e.is_config(), "{e:?}");
+        assert!(e.to_string().contains(says), "{e}");
+        let shown = every_text(&e);
+        assert!(!shown.contains(secret), "{shown}");
+    }
+    // a password that is not a string is not shown either
+    let e = LockConfig::from_toml_str(&format!("{SINGLE}password = 8675309\n")).unwrap_err();
+    assert!(e.to_string().contains("`redis.password`"), "{e}");
+    let shown = every_text(&e);
+    assert!(!shown.contains("8675309"), "{shown}");
+}
+
+#[test]
+fn urls_are_shown_without_secrets() {
+    for (url, shown) in [
+        ("redis://h:1", "redis://h:1"),
+        ("redis://app:pw@h:1/0", "redis://app:***@h:1/0"),
+        ("redis://:pw@h:1", "redis://:***@h:1"),
+        ("redis://pw@h:1", "redis://***@h:1"),
+        (
+            "rediss://app:p%40ss@h:1/#insecure",
+            "rediss://app:***@h:1/#insecure",
+        ),
+        (
+            "redis://h:1/?password=pw&protocol=resp3",
+            "redis://h:1/?password=***&protocol=resp3",
+        ),
+        (
+            "redis://u:pw@h:1/2?Pass=pw&auth=pw&token=pw&db=2",
+            "redis://u:***@h:1/2?Pass=***&auth=***&token=***&db=2",
+        ),
+        // an `@` in the query is not the end of a user name
+        ("redis://h:1/?token=a@b", "redis://h:1/?token=***"),
+    ] {
+        assert_eq!(redacted(url), shown, "{url}");
+    }
+    let c = LockConfig::new(Topology::Cluster {
+        nodes: vec!["redis://u:s3cret-pw@127.0.0.1:1/?password=s3cret-pw".into()],
+    });
+    assert!(!format!("{c:?}").contains("s3cret-pw"), "{c:?}");
+    let topology = format!("{:?}", c.topology());
+    assert!(!topology.contains("s3cret-pw"), "{topology}");
+    assert!(topology.contains("u:***@127.0.0.1:1"), "{topology}");
+}
+
+#[test]
+fn a_url_secret_stays_out_of_connect_errors() {
+    let url = "redis://u:s3cret-pw@127.0.0.1:1/?password=s3cret-pw";
+    let runtime = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .unwrap();
+    for config in [
+        LockConfig::single(url),
+        LockConfig::new(Topology::MasterSlave {
+            master: url.into(),
+            replicas: vec![url.into()],
+        }),
+        LockConfig::new(Topology::Cluster {
+            nodes: vec![url.into()],
+        }),
+        LockConfig::new(Topology::Sentinel {
+            master_name: "m".into(),
+            sentinels: vec![url.into()],
+        }),
+    ] {
+        let config = config
+            .with_connect_timeout(Duration::from_millis(500))
+            .with_response_timeout(Duration::from_millis(500));
+        let e = runtime
+            .block_on(crate::LockService::connect(config))
+            .expect_err("nothing listens on port 1");
+        let shown = every_text(&e);
+        assert!(!shown.contains("s3cret-pw"), "{shown}");
+        assert!(shown.contains("127.0.0.1:1"), "{shown}");
+    }
+}
