@@ -308,6 +308,18 @@ mod tests {
     }
 
     #[test]
+    fn an_auth_error_names_its_user_once() {
+        let e = LockError::new(ErrorKind::Auth, "WRONGPASS")
+            .naming_user(Some("app"))
+            .naming_user(None);
+        let text = e.to_string();
+        assert!(text.contains("as user `app`"), "{text}");
+        assert!(!text.contains("default user"), "{text}");
+        let e = LockError::new(ErrorKind::Backend, "refused").naming_user(Some("app"));
+        assert_eq!(e.to_string(), "refused");
+    }
+
+    #[test]
     fn source_is_kept() {
         let io = std::io::Error::other("boom");
         let e = LockError::new(ErrorKind::Backend, "x").with_source(io);
