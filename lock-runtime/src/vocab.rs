@@ -8,6 +8,11 @@ use std::str::FromStr;
 
 use crate::error::{ErrorKind, LockError};
 
+/// The longest lease a lock can be taken for (about ten years): longer ones are refused before
+/// anything is written, and a longer `lock.watchdog_timeout` is refused when the configuration
+/// is loaded.
+pub(crate) const MAX_LEASE_MS: u64 = 3650 * 24 * 3600 * 1000;
+
 /// The kinds of lock, each in a namespace of its own on Redis: the mutex `key` is
 /// `<prefix>{key}`, the read-write lock `key` is `<prefix>rw:{key}`, the semaphore `name` is
 /// `<prefix>sem:{name}`. The same key names three different locks.

@@ -61,7 +61,8 @@ impl Backend {
         push: UnboundedSender<PushInfo>,
     ) -> Result<Backend, LockError> {
         let synced = config.sync_replicas() > 0;
-        let user = config.username();
+        let login = login_user(config);
+        let user = login.as_deref();
         let conn = async {
             Ok::<_, LockError>(match config.topology() {
                 Topology::Single { url } => {
@@ -88,7 +89,7 @@ impl Backend {
         Ok(Backend {
             conn,
             response_timeout: config.response_timeout(),
-            username: user.map(str::to_owned),
+            username: login.clone(),
             sync: synced.then(|| (config.sync_replicas(), config.sync_timeout())),
         })
     }
@@ -345,6 +346,23 @@ impl Backend {
             )),
         }
     }
+}
+
+/// The user the connections log in as, for messages (`None`: the default user): the configured
+/// one, which replaces a user written in the URLs, else the one in the URL (in cluster mode the
+/// first seed's, which the cluster client uses for every node). The master that sentinels name
+/// is reached with the configured credentials only.
+fn login_user(config: &LockConfig) -> Option<String> {
+    if let Some(user) = config.username() {
+        return Some(user.to_owned());
+    }
+    let url = match config.topology() {
+        Topology::Single { url } => url,
+        Topology::MasterSlave { master, .. } => master,
+        Topology::Cluster { nodes } => nodes.first()?,
+        Topology::Sentinel { .. } => return None,
+    };
+    single::url_user(url)
 }
 
 /// `EVALSHA`, loading the script and going again on NOSCRIPT.

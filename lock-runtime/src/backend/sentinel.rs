@@ -19,7 +19,7 @@ use tokio::sync::Notify;
 use tokio::sync::mpsc::UnboundedSender;
 
 use super::probe;
-use super::single::{Single, open};
+use super::single::{Single, open, url_user};
 use crate::config::{LockConfig, redacted};
 use crate::error::{ErrorKind, LockError};
 
@@ -32,7 +32,8 @@ pub(super) struct Sentinel {
 
 struct Shared {
     master_name: String,
-    sentinels: Vec<(String, ConnectionManager)>,
+    /// Each sentinel: its URL as shown, the user its URL logs in as, the connection.
+    sentinels: Vec<(String, Option<String>, ConnectionManager)>,
     config: LockConfig,
     push: UnboundedSender<PushInfo>,
     current: RwLock<Arc<Master>>,
@@ -78,7 +79,7 @@ impl Sentinel {
                 .set_number_of_retries(1);
             let con = ConnectionManager::new_lazy_with_config(client, manager)
                 .map_err(|e| LockError::backend(&format!("sentinel {}", redacted(url)), e))?;
-            sentinels.push((redacted(url), con));
+            sentinels.push((redacted(url), url_user(url), con));
         }
         let first = async {
             let addr = match resolve(&sentinels, master_name, query_timeout).await {
@@ -236,20 +237,21 @@ async fn monitor(shared: Weak<Shared>, poke: Arc<Notify>) {
 
 /// The master address most sentinels agree on.
 async fn resolve(
-    sentinels: &[(String, ConnectionManager)],
+    sentinels: &[(String, Option<String>, ConnectionManager)],
     master_name: &str,
     query_timeout: Duration,
 ) -> Result<String, LockError> {
     let mut asks = tokio::task::JoinSet::new();
-    for (url, con) in sentinels {
-        let (mut con, name, url) = (con.clone(), master_name.to_owned(), url.clone());
+    for (url, user, con) in sentinels {
+        let (mut con, name) = (con.clone(), master_name.to_owned());
+        let (url, user) = (url.clone(), user.clone());
         asks.spawn(async move {
             let mut cmd = redis::cmd("SENTINEL");
             cmd.arg("GET-MASTER-ADDR-BY-NAME").arg(name);
             let ask = cmd.query_async::<Option<(String, u16)>>(&mut con);
             match tokio::time::timeout(query_timeout, ask).await {
                 Ok(Ok(Some((host, port)))) => Ok(format!("{host}:{port}")),
-                Ok(Err(e)) => Err(Some((url, e))),
+                Ok(Err(e)) => Err(Some((url, user, e))),
                 _ => Err(None),
             }
         });
@@ -264,8 +266,9 @@ async fn resolve(
         }
     }
     // a certificate or credential mistake says more than "no sentinel knows"
-    let mistake = failures.into_iter().find_map(|(url, e)| {
-        let error = LockError::backend(&format!("cannot ask sentinel {url}"), e);
+    let mistake = failures.into_iter().find_map(|(url, user, e)| {
+        let error = LockError::backend(&format!("cannot ask sentinel {url}"), e)
+            .naming_user(user.as_deref());
         matches!(error.kind(), ErrorKind::Tls | ErrorKind::Auth).then_some(error)
     });
     if votes.is_empty()
@@ -284,7 +287,7 @@ async fn resolve(
                     "no sentinel ({}) knows a master named `{master_name}`",
                     sentinels
                         .iter()
-                        .map(|(url, _)| url.as_str())
+                        .map(|(url, _, _)| url.as_str())
                         .collect::<Vec<_>>()
                         .join(", ")
                 ),

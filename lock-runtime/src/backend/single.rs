@@ -150,6 +150,12 @@ pub(super) fn open(
     redis::Client::open(info).map_err(|e| invalid_url(url, config, e))
 }
 
+/// The user written in `url` (`redis://app:pw@host`), if any.
+pub(super) fn url_user(url: &str) -> Option<String> {
+    let info = url.into_connection_info().ok()?;
+    info.redis_settings().username().map(str::to_owned)
+}
+
 fn invalid_url(url: &str, config: &LockConfig, e: redis::RedisError) -> LockError {
     LockError::config(format!(
         "{}: invalid redis URL {}: {e}",

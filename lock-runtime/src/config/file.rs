@@ -101,6 +101,41 @@ pub(crate) fn parse_duration(text: &str) -> Result<Duration, String> {
     lock_duration::parse_millis(text).map(Duration::from_millis)
 }
 
+/// What was wrong in a TOML document and where (line and column, from 1), without the document.
+#[derive(Debug)]
+struct TomlError {
+    message: String,
+    line: Option<(usize, usize)>,
+}
+
+impl TomlError {
+    fn new(text: &str, message: &str, span: Option<std::ops::Range<usize>>) -> Self {
+        let line = span.and_then(|span| {
+            let before = text.get(..span.start)?;
+            let line_start = before.rfind('\n').map_or(0, |i| i + 1);
+            Some((
+                before.matches('\n').count() + 1,
+                before[line_start..].chars().count() + 1,
+            ))
+        });
+        TomlError {
+            message: message.to_owned(),
+            line,
+        }
+    }
+}
+
+impl std::fmt::Display for TomlError {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self.line {
+            Some((line, column)) => write!(f, "line {line}, column {column}: {}", self.message),
+            None => f.write_str(&self.message),
+        }
+    }
+}
+
+impl std::error::Error for TomlError {}
+
 pub(super) fn parse(
     text: &str,
     origin: &str,
@@ -112,18 +147,28 @@ pub(super) fn parse(
             format!("{origin}: invalid lock config at `{field}`: {what}"),
         )
     };
+    // The toml errors carry the whole document (to show the line in their `Display`, and all of
+    // it in their `Debug`), passwords included: only their message and position go further.
     let de = toml::Deserializer::parse(text).map_err(|e| {
-        LockError::config(format!("{origin}: not valid TOML: {}", e.message())).with_source(e)
+        let error = TomlError::new(text, e.message(), e.span());
+        let at = if error.line.is_some() { " at" } else { ":" };
+        LockError::config(format!("{origin}: not valid TOML{at} {error}")).with_source(error)
     })?;
     let raw: RawFile = serde_path_to_error::deserialize(de).map_err(|e| {
         let path = e.path().to_string();
         let inner = e.into_inner();
-        let line = inner
-            .span()
-            .map(|s| format!(" (line {})", text[..s.start].lines().count().max(1)))
+        let message = match path.as_str() {
+            // serde quotes the value it did not expect: not this one
+            "redis.password" => "expected a string (the value is not shown)",
+            _ => inner.message(),
+        };
+        let error = TomlError::new(text, message, inner.span());
+        let line = error
+            .line
+            .map(|(line, _)| format!(" (line {line})"))
             .unwrap_or_default();
         let field = if path == "." { "<top level>" } else { &path };
-        fail(field, format!("{}{line}", inner.message())).with_source(inner)
+        fail(field, format!("{message}{line}")).with_source(error)
     })?;
     let r = raw.redis.ok_or_else(|| {
         fail(

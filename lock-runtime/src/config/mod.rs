@@ -33,6 +33,34 @@
 //! fields of another mode and malformed values are [`ErrorKind::Config`] errors that name the
 //! file, the field and what was expected.
 //!
+//! # Durations
+//!
+//! Every duration is checked when the configuration is loaded, and the same checks run for a
+//! configuration built in code (when [`LockService::connect`](crate::LockService::connect)
+//! starts): a value outside its range is a `Config` error naming the field, the value and the
+//! range.
+//!
+//! | field | range | why |
+//! |---|---|---|
+//! | `redis.connect_timeout`, `redis.response_timeout`, `redis.sync_timeout` | 1ms to 1h | zero fails every call; no answer is worth waiting an hour for |
+//! | `lock.watchdog_timeout` | 30ms to 3650d | a lease: at most the longest lease a lock takes (about ten years); renewed every third, and a renewal needs its 10 ms |
+//! | `lock.default_wait` | 0ms to 365d, or `"forever"` | zero tries once; a longer wait is a mistake or meant as `"forever"` |
+//! | `lock.fence_idle_ttl` | 1m to 3650d, or `"never"` | see [`LockConfig::with_fence_idle_ttl`] |
+//!
+//! With `sync_replicas` set, `sync_timeout` must also be shorter than `response_timeout`.
+//!
+//! # Secrets
+//!
+//! A configured `username` / `password` (also from `$LOCK_REDIS_USERNAME` /
+//! `$LOCK_REDIS_PASSWORD`) replaces one written in a URL (`redis://app:pw@host`). No message
+//! and no `Debug` shows a password: [`LockConfig`]'s and [`Topology`]'s `Debug` and every error
+//! show a URL without the password of its user part (`redis://app:***@host`) and without the
+//! values of its query parameters other than `db` and `protocol` (`?password=***`). A mistake in
+//! a file is reported with its line, column and what was wrong, never with the file's text
+//! (neither in the message nor in the error's `Debug` or sources). An [`ErrorKind::Auth`] error
+//! names the user the connection logged in as: the configured one, else the one in the URL,
+//! else the default user.
+//!
 //! # TLS
 //!
 //! Connections use TLS where the URLs say `rediss://`: then every URL of the configuration must
@@ -64,8 +92,8 @@ mod validate;
 
 use file::parse;
 
-/// Which Redis deployment the locks live on.
-#[derive(Debug, Clone, PartialEq, Eq)]
+/// Which Redis deployment the locks live on. `Debug` shows the URLs without their secrets.
+#[derive(Clone, PartialEq, Eq)]
 #[non_exhaustive]
 pub enum Topology {
     /// One Redis server.
@@ -207,30 +235,41 @@ pub struct LockConfig {
     source: Option<PathBuf>,
 }
 
-/// Secrets stay out: the password shows as `***`, and so does one written into a URL.
-impl std::fmt::Debug for LockConfig {
+/// Secrets stay out: passwords and query parameters written into a URL show as `***`.
+impl std::fmt::Debug for Topology {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         let urls = |urls: &[String]| -> Vec<String> { urls.iter().map(|u| redacted(u)).collect() };
-        let topology = match &self.topology {
-            Topology::Single { url } => {
-                format!("Single {{ url: {:?} }}", redacted(url))
-            }
-            Topology::Cluster { nodes } => format!("Cluster {{ nodes: {:?} }}", urls(nodes)),
+        match self {
+            Topology::Single { url } => f
+                .debug_struct("Single")
+                .field("url", &redacted(url))
+                .finish(),
+            Topology::Cluster { nodes } => f
+                .debug_struct("Cluster")
+                .field("nodes", &urls(nodes))
+                .finish(),
             Topology::Sentinel {
                 master_name,
                 sentinels,
-            } => format!(
-                "Sentinel {{ master_name: {master_name:?}, sentinels: {:?} }}",
-                urls(sentinels)
-            ),
-            Topology::MasterSlave { master, replicas } => format!(
-                "MasterSlave {{ master: {:?}, replicas: {:?} }}",
-                redacted(master),
-                urls(replicas)
-            ),
-        };
+            } => f
+                .debug_struct("Sentinel")
+                .field("master_name", master_name)
+                .field("sentinels", &urls(sentinels))
+                .finish(),
+            Topology::MasterSlave { master, replicas } => f
+                .debug_struct("MasterSlave")
+                .field("master", &redacted(master))
+                .field("replicas", &urls(replicas))
+                .finish(),
+        }
+    }
+}
+
+/// Secrets stay out: the password shows as `***`, and so do secrets written into a URL.
+impl std::fmt::Debug for LockConfig {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_struct("LockConfig")
-            .field("topology", &format_args!("{topology}"))
+            .field("topology", &self.topology)
             .field("username", &self.username)
             .field("password", &self.password.as_ref().map(|_| "***"))
             .field("tls", &self.tls)
@@ -247,14 +286,50 @@ impl std::fmt::Debug for LockConfig {
     }
 }
 
-/// The URL without a password, for messages.
+/// The URL for messages, without its secrets: the password of the user part (`redis://app:***@h`;
+/// a lone user part, which may be a password, goes whole: `redis://***@h`) and the values of the
+/// query parameters other than `db` and `protocol` (`?password=***`).
 pub(crate) fn redacted(url: &str) -> String {
-    match (url.find("://"), url.rfind('@')) {
-        (Some(scheme), Some(at)) if at > scheme => {
-            format!("{}://***@{}", &url[..scheme], &url[at + 1..])
+    let Some(scheme_end) = url.find("://").map(|i| i + 3) else {
+        return url.to_owned();
+    };
+    let (scheme, rest) = url.split_at(scheme_end);
+    // the authority ends at the path, the query or the fragment
+    let authority_end = rest.find(['/', '?', '#']).unwrap_or(rest.len());
+    let (authority, tail) = rest.split_at(authority_end);
+    let mut out = scheme.to_owned();
+    let host = match authority.rsplit_once('@') {
+        Some((userinfo, host)) => {
+            match userinfo.split_once(':') {
+                Some((user, _)) => out.push_str(&format!("{user}:***@")),
+                None => out.push_str("***@"),
+            }
+            host
         }
-        _ => url.to_owned(),
+        None => authority,
+    };
+    out.push_str(host);
+    let (before_fragment, fragment) = match tail.find('#') {
+        Some(i) => tail.split_at(i),
+        None => (tail, ""),
+    };
+    match before_fragment.split_once('?') {
+        Some((path, query)) => {
+            let params: Vec<String> = query
+                .split('&')
+                .map(|param| match param.split_once('=') {
+                    Some((name, _)) if !["db", "protocol"].contains(&name) => {
+                        format!("{name}=***")
+                    }
+                    _ => param.to_owned(),
+                })
+                .collect();
+            out.push_str(&format!("{path}?{}", params.join("&")));
+        }
+        None => out.push_str(before_fragment),
     }
+    out.push_str(fragment);
+    out
 }
 
 const DEFAULT_CONNECT_TIMEOUT: Duration = Duration::from_secs(3);
@@ -318,20 +393,22 @@ impl LockConfig {
         self
     }
 
-    /// Sets the lease of locks taken without one (default 30 s); they are renewed every third.
+    /// Sets the lease of locks taken without one (default 30 s, from 30 ms to 3650 days); they
+    /// are renewed every third.
     pub fn with_watchdog_timeout(mut self, timeout: Duration) -> Self {
         self.watchdog_timeout = timeout;
         self
     }
 
-    /// Sets how long annotated fns wait by default (default 3 s).
+    /// Sets how long annotated fns wait by default (default 3 s, at most 365 days, or
+    /// [`DefaultWait::Forever`]).
     pub fn with_default_wait(mut self, wait: DefaultWait) -> Self {
         self.default_wait = wait;
         self
     }
 
-    /// Sets how long a lock's fencing counter lives without a grant (default 5 minutes, at least
-    /// 1 minute); `None` keeps counters forever.
+    /// Sets how long a lock's fencing counter lives without a grant (default 5 minutes, from 1
+    /// minute to 3650 days); `None` keeps counters forever.
     ///
     /// Tokens are `max(last token + 1, server clock in microseconds)`. The counter only matters
     /// for grants in the same microsecond and for a server clock that steps back; once it
@@ -354,19 +431,20 @@ impl LockConfig {
         self
     }
 
-    /// Sets how long connecting may take (default 3 s).
+    /// Sets how long connecting may take (default 3 s, from 1 ms to 1 h).
     pub fn with_connect_timeout(mut self, timeout: Duration) -> Self {
         self.connect_timeout = timeout;
         self
     }
 
-    /// Sets how long one Redis operation may take (default 3 s).
+    /// Sets how long one Redis operation may take (default 3 s, from 1 ms to 1 h).
     pub fn with_response_timeout(mut self, timeout: Duration) -> Self {
         self.response_timeout = timeout;
         self
     }
 
-    /// Requires `replicas` replicas to acknowledge every grant within `timeout` (Redis `WAIT`);
+    /// Requires `replicas` replicas to acknowledge every grant within `timeout` (Redis `WAIT`;
+    /// from 1 ms to 1 h, and shorter than the response timeout);
     /// a grant they do not acknowledge in time is given back and the caller gets
     /// [`ErrorKind::ReplicaSync`]. 0 (the default) turns it off. Not available in single mode.
     ///

@@ -229,3 +229,212 @@ fn durations() {
     assert!(parse_duration("-1s").is_err());
     assert!(parse_duration("99999999999999999h").is_err());
 }
+
+const SINGLE: &str = "[redis]\nmode = \"single\"\nurl = \"redis://h:1\"\n";
+
+/// `field = "value"` in its table of a single-mode file.
+fn file_with(field: &str, value: &str) -> String {
+    match field.split_once('.') {
+        Some(("redis", name)) => format!("{SINGLE}{name} = \"{value}\"\n"),
+        Some(("lock", name)) => format!("{SINGLE}[lock]\n{name} = \"{value}\"\n"),
+        _ => unreachable!("{field}"),
+    }
+}
+
+/// The same value set through the builders.
+fn built_with(field: &str, value: &str) -> LockConfig {
+    let c = LockConfig::single("redis://h:1");
+    if field == "lock.default_wait" && value == "forever" {
+        return c.with_default_wait(DefaultWait::Forever);
+    }
+    let d = parse_duration(value).unwrap();
+    match field {
+        "redis.connect_timeout" => c.with_connect_timeout(d),
+        "redis.response_timeout" => c.with_response_timeout(d),
+        "redis.sync_timeout" => c.with_sync_replicas(0, d),
+        "lock.watchdog_timeout" => c.with_watchdog_timeout(d),
+        "lock.default_wait" => c.with_default_wait(DefaultWait::For(d)),
+        "lock.fence_idle_ttl" => c.with_fence_idle_ttl(Some(d)),
+        _ => unreachable!("{field}"),
+    }
+}
+
+/// Every duration, its allowed range as the message writes it, the values just inside and
+/// (where there is one) just outside each end.
+const DURATION_BOUNDS: [(&str, &str, &[&str], &[&str]); 6] = [
+    (
+        "redis.connect_timeout",
+        "1ms to 1h",
+        &["1ms", "1h"],
+        &["0ms", "3600001ms"],
+    ),
+    (
+        "redis.response_timeout",
+        "1ms to 1h",
+        &["1ms", "1h"],
+        &["0ms", "3600001ms"],
+    ),
+    (
+        "redis.sync_timeout",
+        "1ms to 1h",
+        &["1ms", "1h"],
+        &["0ms", "3600001ms"],
+    ),
+    (
+        "lock.watchdog_timeout",
+        "30ms to 3650d",
+        &["30ms", "3650d"],
+        &["29ms", "3651d", "99999d"],
+    ),
+    (
+        "lock.default_wait",
+        "0ms to 365d",
+        &["0ms", "365d", "forever"],
+        &["366d", "99999d"],
+    ),
+    (
+        "lock.fence_idle_ttl",
+        "1m to 3650d",
+        &["1m", "3650d"],
+        &["59999ms", "3651d"],
+    ),
+];
+
+#[test]
+fn every_duration_is_range_checked_in_files_and_builders() {
+    for (field, range, inside, outside) in DURATION_BOUNDS {
+        for value in inside {
+            if let Err(e) = LockConfig::from_toml_str(&file_with(field, value)) {
+                panic!("{field} = {value:?} must load: {e}");
+            }
+            if let Err(e) = built_with(field, value).validate() {
+                panic!("{field} = {value:?} must pass validate: {e}");
+            }
+        }
+        for value in outside {
+            for e in [
+                LockConfig::from_toml_str(&file_with(field, value)).err(),
+                built_with(field, value).validate().err(),
+            ] {
+                let e = e.unwrap_or_else(|| panic!("{field} = {value:?} must be refused"));
+                assert!(e.is_config(), "{e:?}");
+                let text = e.to_string();
+                assert!(
+                    text.contains(&format!("`{field}`")) && text.contains(range),
+                    "{field} = {value:?}: {text}"
+                );
+                assert!(text.contains(value), "{field} = {value:?}: {text}");
+            }
+        }
+    }
+}
+
+/// Everything an error shows: its message, its `Debug`, and both of every source below it.
+fn every_text(e: &LockError) -> String {
+    let mut text = format!("{e}\n{e:?}\n");
+    let mut source = std::error::Error::source(e);
+    while let Some(s) = source {
+        text.push_str(&format!("{s}\n{s:?}\n"));
+        source = s.source();
+    }
+    text
+}
+
+#[test]
+fn a_mistake_in_the_file_does_not_print_its_secrets() {
+    let secret = "s3cret-pw";
+    let with_password = format!("{SINGLE}password = \"{secret}\"\n");
+    for (text, says) in [
+        // not TOML: a duration without quotes
+        (format!("{with_password}response_timeout = 3s\n"), "line 5"),
+        // a typo in a field name
+        (
+            format!("{with_password}respons_timeout = \"3s\"\n"),
+            "line 5",
+        ),
+        // a typo in the password's own field name
+        (format!("{SINGLE}pasword = \"{secret}\"\n"), "pasword"),
+        // a wrong value type
+        (
+            format!("{with_password}sync_replicas = \"one\"\n"),
+            "line 5",
+        ),
+    ] {
+        let e = LockConfig::from_toml_str(&text).unwrap_err();
+        assert!(e.is_config(), "{e:?}");
+        assert!(e.to_string().contains(says), "{e}");
+        let shown = every_text(&e);
+        assert!(!shown.contains(secret), "{shown}");
+    }
+    // a password that is not a string is not shown either
+    let e = LockConfig::from_toml_str(&format!("{SINGLE}password = 8675309\n")).unwrap_err();
+    assert!(e.to_string().contains("`redis.password`"), "{e}");
+    let shown = every_text(&e);
+    assert!(!shown.contains("8675309"), "{shown}");
+}
+
+#[test]
+fn urls_are_shown_without_secrets() {
+    for (url, shown) in [
+        ("redis://h:1", "redis://h:1"),
+        ("redis://app:pw@h:1/0", "redis://app:***@h:1/0"),
+        ("redis://:pw@h:1", "redis://:***@h:1"),
+        ("redis://pw@h:1", "redis://***@h:1"),
+        (
+            "rediss://app:p%40ss@h:1/#insecure",
+            "rediss://app:***@h:1/#insecure",
+        ),
+        (
+            "redis://h:1/?password=pw&protocol=resp3",
+            "redis://h:1/?password=***&protocol=resp3",
+        ),
+        (
+            "redis://u:pw@h:1/2?Pass=pw&auth=pw&token=pw&db=2",
+            "redis://u:***@h:1/2?Pass=***&auth=***&token=***&db=2",
+        ),
+        // an `@` in the query is not the end of a user name
+        ("redis://h:1/?token=a@b", "redis://h:1/?token=***"),
+    ] {
+        assert_eq!(redacted(url), shown, "{url}");
+    }
+    let c = LockConfig::new(Topology::Cluster {
+        nodes: vec!["redis://u:s3cret-pw@127.0.0.1:1/?password=s3cret-pw".into()],
+    });
+    assert!(!format!("{c:?}").contains("s3cret-pw"), "{c:?}");
+    let topology = format!("{:?}", c.topology());
+    assert!(!topology.contains("s3cret-pw"), "{topology}");
+    assert!(topology.contains("u:***@127.0.0.1:1"), "{topology}");
+}
+
+#[test]
+fn a_url_secret_stays_out_of_connect_errors() {
+    let url = "redis://u:s3cret-pw@127.0.0.1:1/?password=s3cret-pw";
+    let runtime = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .unwrap();
+    for config in [
+        LockConfig::single(url),
+        LockConfig::new(Topology::MasterSlave {
+            master: url.into(),
+            replicas: vec![url.into()],
+        }),
+        LockConfig::new(Topology::Cluster {
+            nodes: vec![url.into()],
+        }),
+        LockConfig::new(Topology::Sentinel {
+            master_name: "m".into(),
+            sentinels: vec![url.into()],
+        }),
+    ] {
+        let config = config
+            .with_connect_timeout(Duration::from_millis(500))
+            .with_response_timeout(Duration::from_millis(500));
+        let e = runtime
+            .block_on(crate::LockService::connect(config))
+            .expect_err("nothing listens on port 1");
+        let shown = every_text(&e);
+        assert!(!shown.contains("s3cret-pw"), "{shown}");
+        assert!(shown.contains("127.0.0.1:1"), "{shown}");
+    }
+}

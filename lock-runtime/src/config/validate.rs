@@ -2,12 +2,68 @@
 
 use std::time::Duration;
 
-use super::{LockConfig, Topology, is_tls_url, redacted};
+use super::{DefaultWait, LockConfig, Topology, is_tls_url, redacted};
 use crate::error::LockError;
+use crate::vocab::MAX_LEASE_MS;
 
-/// The shortest `fence_idle_ttl`: the clock covers for an expired counter only when the counter
-/// sat idle for longer than the server clock may ever step back.
-const MIN_FENCE_IDLE_TTL: Duration = Duration::from_secs(60);
+/// The range of `redis.connect_timeout`, `redis.response_timeout` and `redis.sync_timeout`: a
+/// zero timeout fails everything, and an hour is far beyond any answer worth waiting for.
+pub(super) const TIMEOUTS: (Duration, Duration) =
+    (Duration::from_millis(1), Duration::from_secs(3600));
+
+/// The range of `lock.watchdog_timeout`. It is a lease, so at most the longest lease the scripts
+/// accept; the watchdog renews every third of it, and 30 ms leaves a renewal 10 ms - a round
+/// trip to a nearby server and a timer tick - before the next one is due.
+pub(super) const WATCHDOG_TIMEOUTS: (Duration, Duration) = (
+    Duration::from_millis(30),
+    Duration::from_millis(MAX_LEASE_MS),
+);
+
+/// The range of `lock.default_wait` (besides `"forever"`): zero tries once; a wait beyond a year
+/// is a mistake, or meant as `"forever"`.
+pub(super) const DEFAULT_WAITS: (Duration, Duration) =
+    (Duration::ZERO, Duration::from_secs(365 * 24 * 3600));
+
+/// The range of `lock.fence_idle_ttl` (besides `"never"`). The clock covers for an expired
+/// counter only when the counter sat idle for longer than the server clock may ever step back,
+/// hence a minute at least; the longest is that of a lease (for longer, write `"never"`).
+pub(super) const FENCE_IDLE_TTLS: (Duration, Duration) =
+    (Duration::from_secs(60), Duration::from_millis(MAX_LEASE_MS));
+
+/// A duration the way the file writes it: `"30ms"`, `"5s"`, `"2m"`, `"1h"`, `"3650d"`.
+pub(crate) fn written(d: Duration) -> String {
+    if !d.subsec_nanos().is_multiple_of(1_000_000) {
+        return format!("{d:?}");
+    }
+    let ms = d.as_millis();
+    lock_duration::UNITS
+        .iter()
+        .rev()
+        .find(|(_, size)| ms > 0 && ms.is_multiple_of(u128::from(*size)))
+        .map_or_else(
+            || format!("{ms}ms"),
+            |(unit, size)| format!("{}{unit}", ms / u128::from(*size)),
+        )
+}
+
+/// A `Config` error unless `min <= value <= max`; `note` follows the range in the message.
+fn in_range(
+    origin: &str,
+    field: &str,
+    value: Duration,
+    (min, max): (Duration, Duration),
+    note: &str,
+) -> Result<(), LockError> {
+    if (min..=max).contains(&value) {
+        return Ok(());
+    }
+    Err(LockError::config(format!(
+        "{origin}: `{field}` = {} is out of range: allowed {} to {}{note}",
+        written(value),
+        written(min),
+        written(max)
+    )))
+}
 
 impl LockConfig {
     /// Checks the values that code (not only files) can get wrong.
@@ -20,20 +76,38 @@ impl LockConfig {
                 self.prefix
             )));
         }
-        if self.watchdog_timeout < Duration::from_millis(30) {
-            return Err(LockError::config(format!(
-                "{origin}: `lock.watchdog_timeout` must be at least 30ms, got {:?}",
-                self.watchdog_timeout
-            )));
+        for (field, value) in [
+            ("redis.connect_timeout", self.connect_timeout),
+            ("redis.response_timeout", self.response_timeout),
+            ("redis.sync_timeout", self.sync_timeout),
+        ] {
+            in_range(&origin, field, value, TIMEOUTS, "")?;
         }
-        if let Some(ttl) = self.fence_idle_ttl
-            && ttl < MIN_FENCE_IDLE_TTL
-        {
-            return Err(LockError::config(format!(
-                "{origin}: `lock.fence_idle_ttl` must be at least 1m (or \"never\"), got {ttl:?}: \
-                 an expired counter is safe only when it sat idle longer than the server clock \
-                 may step back"
-            )));
+        in_range(
+            &origin,
+            "lock.watchdog_timeout",
+            self.watchdog_timeout,
+            WATCHDOG_TIMEOUTS,
+            " (a lease, renewed every third of it)",
+        )?;
+        if let DefaultWait::For(wait) = self.default_wait {
+            in_range(
+                &origin,
+                "lock.default_wait",
+                wait,
+                DEFAULT_WAITS,
+                ", or \"forever\"",
+            )?;
+        }
+        if let Some(ttl) = self.fence_idle_ttl {
+            in_range(
+                &origin,
+                "lock.fence_idle_ttl",
+                ttl,
+                FENCE_IDLE_TTLS,
+                ", or \"never\": an expired counter is safe only when it sat idle longer than \
+                 the server clock may step back",
+            )?;
         }
         if self.sync_replicas > 0 {
             if let Topology::Single { .. } = self.topology {
@@ -51,19 +125,7 @@ impl LockConfig {
                 )));
             }
         }
-        self.validate_tls(&origin)?;
-        for (field, value) in [
-            ("redis.connect_timeout", self.connect_timeout),
-            ("redis.response_timeout", self.response_timeout),
-            ("redis.sync_timeout", self.sync_timeout),
-        ] {
-            if value.is_zero() {
-                return Err(LockError::config(format!(
-                    "{origin}: `{field}` must be greater than zero"
-                )));
-            }
-        }
-        Ok(())
+        self.validate_tls(&origin)
     }
 
     /// Every URL with the field it comes from.

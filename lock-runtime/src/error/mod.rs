@@ -110,6 +110,8 @@ struct Inner {
     kind: ErrorKind,
     key: Option<String>,
     message: String,
+    /// Whether the message names the Redis user already.
+    user_named: bool,
     /// Shared, so that one failure can be reported to every caller it concerns.
     source: Option<Arc<dyn StdError + Send + Sync + 'static>>,
 }
@@ -121,6 +123,7 @@ impl LockError {
                 kind,
                 key: None,
                 message: message.into(),
+                user_named: false,
                 source: None,
             }),
         }
@@ -144,6 +147,7 @@ impl LockError {
                 kind: self.inner.kind,
                 key: self.inner.key.clone(),
                 message: self.inner.message.clone(),
+                user_named: self.inner.user_named,
                 source: self.inner.source.clone(),
             }),
         }
@@ -174,9 +178,12 @@ impl LockError {
         LockError::new(kind, format!("{context}: {err}")).with_source(err)
     }
 
-    /// Names the Redis user in an [`ErrorKind::Auth`] error (other errors pass unchanged).
+    /// Names the Redis user in an [`ErrorKind::Auth`] error (other errors, and one that names
+    /// its user already, pass unchanged): `user` is the one the connection logged in as, `None`
+    /// for the default user.
     pub(crate) fn naming_user(mut self, user: Option<&str>) -> Self {
-        if self.kind() == ErrorKind::Auth {
+        if self.kind() == ErrorKind::Auth && !self.inner.user_named {
+            self.inner.user_named = true;
             let who = match user {
                 Some(user) => format!("user `{user}`"),
                 None => "the default user".to_owned(),
@@ -298,6 +305,18 @@ mod tests {
         assert_eq!(e.to_string(), "waited 2s for lock `a`");
         let e = LockError::new(ErrorKind::InvalidKey, "empty");
         assert!(!e.is_retryable());
+    }
+
+    #[test]
+    fn an_auth_error_names_its_user_once() {
+        let e = LockError::new(ErrorKind::Auth, "WRONGPASS")
+            .naming_user(Some("app"))
+            .naming_user(None);
+        let text = e.to_string();
+        assert!(text.contains("as user `app`"), "{text}");
+        assert!(!text.contains("default user"), "{text}");
+        let e = LockError::new(ErrorKind::Backend, "refused").naming_user(Some("app"));
+        assert_eq!(e.to_string(), "refused");
     }
 
     #[test]

@@ -31,9 +31,8 @@ pub(crate) const CHANNEL_SUFFIX: &str = ":ch";
 /// service claims it within a round trip or two; a service that went away costs at most this.
 pub(crate) const TURN_MS: u64 = 250;
 
-/// The longest lease a lock can be taken for (about ten years): longer ones are refused before
-/// anything is written.
-pub(crate) const MAX_LEASE_MS: u64 = 3650 * 24 * 3600 * 1000;
+/// The longest lease the scripts accept (see [`crate::vocab::MAX_LEASE_MS`]).
+pub(crate) use crate::vocab::MAX_LEASE_MS;
 
 /// The operations of the kind whose Lua is `kind_lua`, with a service's settings:
 /// `prelude.lua`, the kind's functions and `ops.lua`, with every `$` name replaced by its

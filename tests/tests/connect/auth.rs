@@ -111,3 +111,44 @@ async fn credentials_come_from_the_environment_when_the_file_has_none() {
     let key = unique_key("env");
     locks.lock(&key).await.unwrap().release().await.unwrap();
 }
+
+/// Everything an error shows: its message, its `Debug`, and both of every source below it.
+fn every_text(err: &lock_runtime::LockError) -> String {
+    let mut text = format!("{err}\n{err:?}\n");
+    let mut source = std::error::Error::source(err);
+    while let Some(s) = source {
+        text.push_str(&format!("{s}\n{s:?}\n"));
+        source = s.source();
+    }
+    text
+}
+
+#[tokio::test]
+async fn a_wrong_password_in_the_url_names_the_url_user_and_no_secret() {
+    let fx = secured().await;
+    let url = |password: &str| {
+        fx.topo()
+            .url()
+            .replacen("redis://", &format!("redis://locker:{password}@"), 1)
+            + &format!("/?password={password}")
+    };
+    let connect = |url: String| {
+        LockService::connect(
+            LockConfig::single(url)
+                .with_watchdog_timeout(Duration::from_secs(30))
+                .with_connect_timeout(Duration::from_secs(2)),
+        )
+    };
+    // the credentials in the URL are the ones used
+    let locks = connect(url(PASSWORD)).await.unwrap();
+    let key = unique_key("url-auth");
+    locks.lock(&key).await.unwrap().release().await.unwrap();
+
+    let err = connect(url("wrong-s3cret")).await.unwrap_err();
+    assert_eq!(err.kind(), ErrorKind::Auth, "{err}");
+    assert!(err.to_string().contains("user `locker`"), "{err}");
+    assert!(!err.to_string().contains("default user"), "{err}");
+    let text = every_text(&err);
+    assert!(!text.contains("wrong-s3cret"), "{text}");
+    assert!(!text.contains(PASSWORD), "{text}");
+}
