@@ -6,10 +6,10 @@
 mod common;
 
 use std::sync::Arc;
-use std::sync::atomic::{AtomicI64, AtomicU64, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicI64, AtomicU64, Ordering};
 use std::time::{Duration, Instant};
 
-use common::{Fixture, eventually, lock_key};
+use common::{Fixture, evalsha_calls, eventually, lock_key};
 use lock_runtime::{ErrorKind, LockService};
 use lock_tests::harness::{Kind, unique_key};
 
@@ -348,4 +348,83 @@ async fn invalid_keys_take_nothing() {
             "{key} was taken"
         );
     }
+}
+
+/// Redis runs nothing else while a script runs, so no call may carry thousands of keys: taking
+/// and releasing 10,000 keys goes out in script calls of a bounded number of keys. Checked by
+/// its effect on another client - a PING every millisecond from a connection of its own never
+/// waits long - and by the number of script calls. The bound on the PING is a bound on how
+/// long Redis is kept busy by one call (a few milliseconds for a call of 128 keys), not a speed
+/// requirement: it is generous (100 ms) so that a loaded machine does not fail it, while one
+/// script for every key kept PINGs waiting for about half a second.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn ten_thousand_keys_never_keep_redis_busy_for_long() {
+    const N: usize = 10_000;
+    /// Keys per script call at most (the engine's `MAX_OPS`).
+    const PER_CALL: usize = 128;
+    let fx = Fixture::single().await;
+    let locks = fx.service(LONG).await;
+    let ks = keys("ten-thousand", N);
+    // a script call first: the counter of script calls shows from the first one on
+    let warm_up = locks.lock(unique_key("warm-up")).await.unwrap();
+    warm_up.release().await.unwrap();
+    let stop = Arc::new(AtomicBool::new(false));
+    let pinger = {
+        let (stop, mut con) = (stop.clone(), fx.redis());
+        std::thread::spawn(move || {
+            let (mut longest, mut pings) = (Duration::ZERO, 0u64);
+            while !stop.load(Ordering::SeqCst) {
+                let sent = Instant::now();
+                let _: String = redis::cmd("PING").query(&mut con).unwrap();
+                longest = longest.max(sent.elapsed());
+                pings += 1;
+                std::thread::sleep(Duration::from_millis(1));
+            }
+            (longest, pings)
+        })
+    };
+    let mut con = fx.redis();
+    let held_count = |con: &mut redis::Connection| -> usize {
+        ks.chunks(500)
+            .map(|chunk| {
+                let mut exists = redis::cmd("EXISTS");
+                for key in chunk {
+                    exists.arg(lock_key(key));
+                }
+                exists.query::<usize>(con).unwrap()
+            })
+            .sum()
+    };
+    let before = evalsha_calls(&mut con);
+    let guard = locks.lock_all(ks.clone()).lease(LONG).await.unwrap();
+    let acquire_calls = evalsha_calls(&mut con) - before;
+    assert_eq!(guard.keys().count(), N);
+    assert_eq!(held_count(&mut con), N, "every key held on Redis");
+    let before = evalsha_calls(&mut con);
+    guard.release().await.unwrap();
+    let release_calls = evalsha_calls(&mut con) - before;
+    assert_eq!(held_count(&mut con), 0, "every key released on Redis");
+    stop.store(true, Ordering::SeqCst);
+    let (longest, pings) = pinger.join().unwrap();
+    println!(
+        "{N} keys: {acquire_calls} script calls to take them, {release_calls} to release them; \
+         {pings} PINGs, the longest {longest:?}"
+    );
+    let at_least = N.div_ceil(PER_CALL) as u64;
+    assert!(
+        acquire_calls >= at_least,
+        "{acquire_calls} script calls took {N} keys: more than {PER_CALL} keys per call"
+    );
+    assert!(
+        release_calls >= at_least,
+        "{release_calls} script calls released {N} keys: more than {PER_CALL} keys per call"
+    );
+    assert!(
+        pings > 10,
+        "the PINGs ran while the keys were taken and released"
+    );
+    assert!(
+        longest < Duration::from_millis(100),
+        "a PING waited {longest:?}: one call kept Redis busy that long"
+    );
 }
