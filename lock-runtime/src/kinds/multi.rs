@@ -196,18 +196,14 @@ impl MultiGuard {
         guard::lost_any(&cores).await
     }
 
-    /// Sets every lock's lease to `lease` from now (see [`LockGuard::extend`]).
+    /// Sets every lock's lease to `lease` from now (see [`LockGuard::extend`]), in few script
+    /// calls (up to 256 locks each).
     ///
     /// # Errors
     /// The first error of the extensions; all are tried.
     pub async fn extend(&mut self, lease: Duration) -> Result<(), LockError> {
-        let mut first = Ok(());
-        for guard in &mut self.guards {
-            if let Err(e) = guard.extend(lease).await {
-                first = first.and(Err(e));
-            }
-        }
-        first
+        let mut cores: Vec<&mut Guard> = self.guards.iter_mut().map(|g| &mut g.core).collect();
+        guard::extend_all(&mut cores, lease).await
     }
 
     /// Releases every lock and waits for Redis.
