@@ -350,6 +350,87 @@ async fn invalid_keys_take_nothing() {
     }
 }
 
+/// Service B holds the second key for 1.5 s; A asks for both with a 500 ms lease and a 4 s wait:
+/// A takes the first key at once and waits for the second while the first one's lease runs
+/// out, and service C takes the first key meanwhile (holding it 1.5 s). `lock_all` may return
+/// only with every key held: it never hands out a guard already lost, and never one whose key
+/// C holds. (It takes the keys again once C is done, well within the wait.)
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn lock_all_never_returns_a_key_whose_lease_ran_out_while_it_waited() {
+    let fx = Fixture::single().await;
+    let (a, b, c) = (
+        fx.service(LONG).await,
+        fx.service(LONG).await,
+        fx.service(LONG).await,
+    );
+    let ks = keys("ran-out", 2);
+    let busy = b
+        .lock(&ks[1])
+        .lease(Duration::from_millis(1500))
+        .await
+        .unwrap();
+    let mut taking = {
+        let (a, ks) = (a.clone(), ks.clone());
+        tokio::spawn(async move {
+            a.lock_all(ks)
+                .lease(Duration::from_millis(500))
+                .wait(Duration::from_secs(4))
+                .await
+        })
+    };
+    eventually(
+        "A took the first key and waits for the second",
+        Duration::from_secs(3),
+        || async {
+            holder(&b, &ks[0]).await.is_some()
+                && a.inspect(&ks[1]).await.unwrap().local_waiters == 1
+        },
+    )
+    .await;
+    // C waits for the first key: it gets it once A's lease of it ran out
+    let c_hold = c
+        .lock(&ks[0])
+        .lease(LONG)
+        .wait(Duration::from_secs(3))
+        .await
+        .unwrap();
+    let c_fence = c_hold.fence();
+    // C holds the key for 1.5 s: A's lock_all must not return meanwhile
+    if let Ok(joined) = tokio::time::timeout(Duration::from_millis(1500), &mut taking).await {
+        let result = joined.unwrap();
+        let lost: Vec<bool> = match &result {
+            Ok(guard) => guard.guards().iter().map(|g| g.is_lost()).collect(),
+            Err(_) => Vec::new(),
+        };
+        panic!(
+            "lock_all returned while C held {} (A's guards lost: {lost:?}): {result:?}",
+            ks[0]
+        );
+    }
+    c_hold.release().await.unwrap();
+    let guard = tokio::time::timeout(Duration::from_secs(5), taking)
+        .await
+        .expect("lock_all returns within its wait")
+        .unwrap()
+        .expect("A takes both keys once C let go, within its wait");
+    for g in guard.guards() {
+        assert!(!g.is_lost(), "{} handed out lost", g.key());
+    }
+    for key in &ks {
+        assert_eq!(
+            a.inspect(key).await.unwrap().fence,
+            guard.fence(key),
+            "{key} is not A's on Redis"
+        );
+    }
+    assert!(
+        guard.fence(&ks[0]).unwrap() > c_fence,
+        "A holds the first key after C"
+    );
+    guard.release().await.unwrap();
+    drop(busy);
+}
+
 /// Redis runs nothing else while a script runs, so no call may carry thousands of keys: taking
 /// and releasing 10,000 keys goes out in script calls of a bounded number of keys. Checked by
 /// its effect on another client - a PING every millisecond from a connection of its own never
