@@ -57,7 +57,8 @@ pub(crate) enum OnLost {
 /// in the background).
 ///
 /// Returns `Err` (kind `Lost`) when a lock was lost while the body ran and `on_lost` stopped
-/// it.
+/// it, and - whatever `on_lost` says - when one was lost before the body started: the body does
+/// not start then, and the holds are released.
 pub(crate) async fn run_body<T>(
     mut cores: Vec<Guard>,
     on_lost: OnLost,
@@ -70,6 +71,15 @@ pub(crate) async fn run_body<T>(
             "a multi-key lock was given no keys",
         ));
     };
+    // a hold already lost (its lease ran out while the others were taken, say) never starts
+    // the body: another owner may hold that lock by now
+    if let Some(lost) = cores.iter().find(|core| core.is_lost()) {
+        let err = lost.lost().await;
+        if let Err(e) = guard::release_all(cores).await {
+            tracing::debug!(error = %e, "releasing the holds of a body that did not start");
+        }
+        return Err(err);
+    }
     let held = Held::of(first);
     for core in &mut cores {
         // the body is a call chain of its own: its siblings wait for it as usual

@@ -320,8 +320,10 @@ impl Engine {
         }
     }
 
-    /// Tries every target at once in ONE script call, without waiting, in the order given: the
-    /// fast path of a multi-key lock whose keys live on one node (one slot in cluster mode).
+    /// Tries every target at once, without waiting, in the order given, in as few script calls
+    /// as it takes (at most [`MAX_OPS`](super::batcher::MAX_OPS) targets each, see
+    /// [`send_ops`](Self::send_ops)): the fast path of a multi-key lock whose keys live on one
+    /// node (one slot in cluster mode).
     /// Returns the guards of the targets granted before the first refusal (all of them when
     /// none was refused); every grant after it is given back (by grant id: one never made
     /// changes nothing), so the caller goes on in order from the refused target as if it had

@@ -9,7 +9,9 @@
 //! per-request cost of Redis and of the client.
 //!
 //! One call runs the operations of one kind (the kind's script); queued operations of another
-//! kind go with the next call. In cluster mode operations on different slots cannot share a
+//! kind go with the next call. No call carries more than [`MAX_OPS`] operations: a longer run
+//! (a multi-key lock's keys) goes out as several calls, one after another, so other clients of
+//! Redis wait for one short script at most. In cluster mode operations on different slots cannot share a
 //! script call: each is sent alone.
 
 use std::sync::Arc;
@@ -17,7 +19,7 @@ use std::sync::Arc;
 use redis::Value;
 use tokio::sync::oneshot;
 
-use super::batcher::{Op, OpReply};
+use super::batcher::{MAX_OPS, Op, OpReply};
 use super::core::Engine;
 use super::reply::Ask;
 use crate::backend::Synced;
@@ -99,8 +101,31 @@ impl Engine {
         self.batcher.take_or_queue(op)
     }
 
-    /// One `ops.lua` call for `ops`; one reply per operation, in order.
+    /// Runs `ops` (all of one kind) in `ops.lua` calls of at most [`MAX_OPS`] operations each,
+    /// one after another, so that no call keeps Redis busy for long; one reply per operation,
+    /// in order. An all-or-nothing run ([`Ask::Chained`] acquires) stops across calls as within
+    /// one: once one of them is refused or fails, the calls after it are not sent and their
+    /// operations reply "not run".
     pub(crate) async fn send_ops(&self, ops: &[Op]) -> Vec<OpReply> {
+        let mut replies = Vec::with_capacity(ops.len());
+        let mut stopped = false;
+        for chunk in ops.chunks(MAX_OPS) {
+            if stopped {
+                replies.extend(chunk.iter().map(|op| Err(not_run(op))));
+                continue;
+            }
+            let chunk_replies = self.send_chunk(chunk).await;
+            stopped = chunk
+                .iter()
+                .zip(&chunk_replies)
+                .any(|(op, reply)| op.chained() && !granted(reply));
+            replies.extend(chunk_replies);
+        }
+        replies
+    }
+
+    /// One `ops.lua` call for `ops`; one reply per operation, in order.
+    async fn send_chunk(&self, ops: &[Op]) -> Vec<OpReply> {
         // every key a script touches is declared (correct while a cluster slot migrates)
         // (all of one kind)
         let Some(kind) = ops.first().map(Op::kind) else {
@@ -197,9 +222,7 @@ fn op_reply(values: &[Value], op: &Op) -> Result<[i64; 3], LockError> {
         .with_key(user)
     };
     if let [Value::Int(-2), ..] = values {
-        return Err(failed(
-            "not run: an earlier operation of its all-or-nothing run was not granted".into(),
-        ));
+        return Err(not_run(op));
     }
     if let [Value::Int(-1), message, _] = values {
         return Err(failed(match message {
@@ -219,6 +242,25 @@ fn op_reply(values: &[Value], op: &Op) -> Result<[i64; 3], LockError> {
         };
     }
     Ok(reply)
+}
+
+/// Whether an acquire's reply grants it (`ops.lua`: 1, granted; 2, holding).
+fn granted(reply: &OpReply) -> bool {
+    matches!(reply, Ok(synced) if matches!(synced.reply[0], 1 | 2))
+}
+
+/// The reply of an operation of an all-or-nothing run that was not sent: an earlier one of
+/// the run was refused.
+fn not_run(op: &Op) -> LockError {
+    let user = &op.names().user;
+    LockError::new(
+        ErrorKind::Backend,
+        format!(
+            "redis lock operation on `{user}` failed: not run: an earlier operation of its \
+             all-or-nothing run was not granted"
+        ),
+    )
+    .with_key(user)
 }
 
 fn bad_batch(ops: &[Op], why: &str) -> LockError {

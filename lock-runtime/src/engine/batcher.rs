@@ -16,8 +16,9 @@ use crate::error::LockError;
 /// Script calls on their way at once before operations queue: two keep Redis busy with one
 /// while the client reads the other.
 const IN_FLIGHT: usize = 2;
-/// Operations in one script call at most (bounds how long one call keeps Redis busy).
-const MAX_OPS: usize = 128;
+/// Operations in one script call at most: bounds how long one call keeps Redis busy (Redis
+/// runs nothing else while a script runs; 128 mutex operations take a few milliseconds).
+pub(crate) const MAX_OPS: usize = 128;
 
 /// One lock operation of `ops.lua`.
 pub(crate) enum Op {
@@ -53,6 +54,17 @@ impl Op {
 
     pub(super) fn kind(&self) -> &'static Kind {
         self.target().kind
+    }
+
+    /// Whether it is an acquire of an all-or-nothing run ([`Ask::Chained`]).
+    pub(super) fn chained(&self) -> bool {
+        matches!(
+            self,
+            Op::Acquire {
+                ask: Ask::Chained,
+                ..
+            }
+        )
     }
 
     /// Whether it may grant the lock, so the replicas must acknowledge it (`sync_replicas`).

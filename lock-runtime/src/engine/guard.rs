@@ -1,9 +1,11 @@
 //! [`Guard`]: the core every kind's guard wraps - the hold's identity (kind, key, owner, grant),
 //! its fencing token, lease and validity deadline, release and extension.
 
+use std::collections::HashMap;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
+use redis::cluster_routing::Slot;
 use tracing::Instrument;
 
 use super::core::Engine;
@@ -12,6 +14,7 @@ use super::ids::{GrantId, OwnerField};
 use super::names::KeyNames;
 use super::reply::Released;
 use super::target::Target;
+use super::watchdog;
 use crate::error::{ErrorKind, LockError};
 use crate::events::HoldInfo;
 use crate::owner::{OwnerId, Site};
@@ -210,22 +213,15 @@ impl Guard {
     /// expiry they were told, so the key's TTL and this guard's validity deadline only move
     /// forward then, and a fixed lease becomes the longer of the old and the new one.
     pub(crate) async fn extend(&mut self, lease: Duration) -> Result<(), LockError> {
-        Engine::check_lease(self.target.kind, self.names(), Some(lease))?;
-        if self.is_lost() {
-            return Err(self.not_held("extended", "when extended"));
-        }
-        let lease_ms = Engine::millis(lease);
-        let mut call = ScriptCall::new(self.target.kind.renew, 1);
-        call.key(&self.names().lock)
-            .arg(lease_ms)
-            .arg(if self.watched() { "r" } else { "x" })
-            .arg(&*self.field)
-            .arg(&*self.grant);
-        let sent = Instant::now();
-        let flags: Vec<i64> = self.inner.backend.run("extend", &call).await?;
-        match flags.as_slice() {
-            [1] => {
-                let until = valid_until(sent, lease_ms);
+        extend_all(&mut [self], lease).await
+    }
+
+    /// Takes the renew script's flag for this hold from a call sent at `sent` that set its
+    /// lease to `lease` from then.
+    fn extended(&mut self, flag: i64, sent: Instant, lease: Duration) -> Result<(), LockError> {
+        match flag {
+            1 => {
+                let until = valid_until(sent, Engine::millis(lease));
                 if self.watched() {
                     self.cell.extend_to(until);
                 } else {
@@ -234,28 +230,33 @@ impl Guard {
                 }
                 Ok(())
             }
-            [2] => {
+            2 => {
                 // shared with other processes: lengthened at most, never shortened
-                self.cell.extend_to(valid_until(sent, lease_ms));
+                self.cell
+                    .extend_to(valid_until(sent, Engine::millis(lease)));
                 if let Some(old) = self.lease {
                     self.lease = Some(old.max(lease));
                 }
                 Ok(())
             }
-            [0] => {
+            0 => {
                 self.inner.local.drop_grant(&self.names().lock, &self.grant);
                 Err(self.not_held("extended", "when extended"))
             }
-            other => Err(LockError::new(
-                ErrorKind::Backend,
-                format!(
-                    "unexpected reply {other:?} extending {} `{}`",
-                    self.target.kind.noun,
-                    self.key()
-                ),
-            )
-            .with_key(self.key())),
+            other => Err(self.unexpected_extend_reply(&format!("{other}"))),
         }
+    }
+
+    fn unexpected_extend_reply(&self, reply: &str) -> LockError {
+        LockError::new(
+            ErrorKind::Backend,
+            format!(
+                "unexpected reply {reply} extending {} `{}`",
+                self.target.kind.noun,
+                self.key()
+            ),
+        )
+        .with_key(self.key())
     }
 
     fn watched(&self) -> bool {
@@ -329,6 +330,73 @@ pub(crate) async fn lost_any(guards: &[&Guard]) -> LockError {
         std::task::Poll::Pending
     })
     .await
+}
+
+/// Sets the lease of every one of `guards` to `lease` from now, as [`Guard::extend`] does for
+/// one, in renew script calls of at most [`watchdog::BATCH`] locks each (of one service and
+/// kind, and in cluster mode of one slot): one round trip for many locks, and no call that
+/// keeps Redis busy for long. All are tried.
+///
+/// # Errors
+/// The first error: `NotHeld` for a hold that was lost (known here, or found gone on Redis).
+pub(crate) async fn extend_all(
+    guards: &mut [&mut Guard],
+    lease: Duration,
+) -> Result<(), LockError> {
+    let mut first = Ok(());
+    let mut fail = |e: LockError| {
+        if first.is_ok() {
+            first = Err(e);
+        }
+    };
+    let mut groups: HashMap<(usize, usize, bool, Option<Slot>), Vec<usize>> = HashMap::new();
+    for (i, guard) in guards.iter().enumerate() {
+        if let Err(e) = Engine::check_lease(guard.target.kind, guard.names(), Some(lease)) {
+            fail(e);
+        } else if guard.is_lost() {
+            fail(guard.not_held("extended", "when extended"));
+        } else {
+            let cluster = guard.inner.backend.is_cluster();
+            let slot = cluster.then(|| Slot::for_key(&*guard.names().lock));
+            let service = Arc::as_ptr(&guard.inner) as usize;
+            let group = (service, guard.target.kind.id, guard.watched(), slot);
+            groups.entry(group).or_default().push(i);
+        }
+    }
+    let lease_ms = Engine::millis(lease);
+    for batch in groups
+        .values()
+        .flat_map(|group| group.chunks(watchdog::BATCH))
+    {
+        let head = &guards[batch[0]];
+        let inner = head.inner.clone();
+        let mut call = ScriptCall::new(head.target.kind.renew, batch.len());
+        for &i in batch {
+            call.key(&guards[i].names().lock);
+        }
+        call.arg(lease_ms)
+            .arg(if head.watched() { "r" } else { "x" });
+        for &i in batch {
+            call.arg(&*guards[i].field).arg(&*guards[i].grant);
+        }
+        let sent = Instant::now();
+        match inner.backend.run::<Vec<i64>>("extend", &call).await {
+            Ok(flags) if flags.len() == batch.len() => {
+                for (&i, flag) in batch.iter().zip(flags) {
+                    if let Err(e) = guards[i].extended(flag, sent, lease) {
+                        fail(e);
+                    }
+                }
+            }
+            Ok(flags) => {
+                for &i in batch {
+                    fail(guards[i].unexpected_extend_reply(&format!("{flags:?}")));
+                }
+            }
+            Err(e) => fail(e),
+        }
+    }
+    first
 }
 
 /// Releases every one of `guards`, all at once (their calls go out together: one round trip,

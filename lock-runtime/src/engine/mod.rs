@@ -25,6 +25,7 @@ pub(crate) mod reply;
 mod target;
 pub(crate) mod watchdog;
 
+pub(crate) use self::batcher::MAX_OPS;
 pub(crate) use self::core::{Engine, owner_field};
 pub(crate) use guard::Guard;
 pub(crate) use kind::Kind;

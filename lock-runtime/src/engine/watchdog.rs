@@ -11,8 +11,9 @@ use super::core::Engine;
 use super::local::Renewal;
 use crate::scripts::ScriptCall;
 
-/// Locks renewed per script call (one round trip each).
-const BATCH: usize = 256;
+/// Locks renewed or extended per script call (one round trip each; few enough that one call
+/// keeps Redis busy for a short while only).
+pub(crate) const BATCH: usize = 256;
 
 /// Renews until the service is dropped; idle wake-up subscriptions are dropped on the way, and
 /// holds whose validity deadline passed unnoticed are reported lost.

@@ -2,18 +2,18 @@
 //! the mutexes (`kinds::mutex`) in one global order - their Redis key - so two callers locking
 //! `[a, b]` and `[b, a]` cannot deadlock, and gives back what it took when it cannot take all.
 
+use std::collections::VecDeque;
 use std::fmt;
 use std::future::{Future, IntoFuture};
 use std::pin::Pin;
+use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use redis::cluster_routing::Slot;
 
-use std::sync::Arc;
-
 use super::Acquiring;
 use super::mutex::{LAYOUT, LockGuard, MUTEX};
-use crate::engine::{Engine, Guard, Target, guard};
+use crate::engine::{Engine, Guard, MAX_OPS, Target, guard};
 use crate::error::{ErrorKind, LockError};
 use crate::owner::{self, OwnerId};
 
@@ -23,11 +23,22 @@ use crate::owner::{self, OwnerId};
 /// The locks are taken in the order of their Redis keys, the same in every process, so no two
 /// callers can deadlock. When they live on one node (always outside cluster mode; in cluster
 /// mode only when they happen to share a slot, since every key is its own hash tag), all are
-/// first asked for in one script call without waiting, which stops at the first one refused:
-/// the ones granted before it are kept, the ones after it are not touched. The rest are taken
-/// one after another, each waiting for the time left of `wait`. When one cannot be taken in time, the ones already taken are
-/// released before the error returns. Each key re-enters a hold of
-/// an enclosing locked body like [`LockService::lock`](crate::LockService::lock).
+/// first asked for without waiting, in script calls of at most 128 keys each (so that no call
+/// keeps Redis busy for long), which stop at the first one refused: the ones granted before it
+/// are kept, the ones after it are not touched. The refused one is waited for (the time left
+/// of `wait`), then the rest are asked for the same way again; elsewhere they are taken one
+/// after another. When one cannot be taken in time, the ones already taken are released before
+/// the error returns. Each key re-enters a hold of an enclosing locked body like
+/// [`LockService::lock`](crate::LockService::lock).
+///
+/// A key taken early may run out while later ones are waited for (a fixed `lease` shorter than
+/// that wait), and someone else may take it meanwhile. So when the keys were not all granted
+/// by one script call, every one is confirmed on Redis before the guard is returned, its lease
+/// set to the full `lease` from then (without a lease: renewed as by the watchdog). When one was
+/// lost, all are given back and taken again within the time left of `wait`; when that runs
+/// out, the error is [`ErrorKind::Timeout`]. (When nothing was waited for, the lease is shorter
+/// than taking the keys takes: [`ErrorKind::InvalidArgument`], nothing is held.) A returned
+/// guard holds every key.
 ///
 /// # Cancel safety
 /// Dropping the future releases what it took (in the background).
@@ -80,63 +91,153 @@ impl<'a> IntoFuture for MultiRequest<'a> {
         // one order everywhere: the Redis key; the same key twice is one lock
         named.sort_by(|a, b| a.lock.cmp(&b.lock));
         named.dedup_by(|a, b| a.lock == b.lock);
-        let acquirings: Vec<Acquiring> = named
-            .into_iter()
-            .map(|names| {
-                Acquiring::new(self.engine, &MUTEX, Ok(names), self.owner.clone())
-                    .with_label(self.metric_label)
-            })
-            .collect();
+        let (engine, owner, label) = (self.engine, self.owner, self.metric_label);
         let (lease, wait) = (self.lease, self.wait);
         Box::pin(async move {
             if let Some(e) = invalid {
                 return Err(e);
             }
-            if acquirings.is_empty() {
+            if named.is_empty() {
                 return Err(LockError::new(
                     ErrorKind::InvalidKey,
                     "lock_all was given no keys",
                 ));
             }
             let deadline = wait.and_then(|w| Instant::now().checked_add(w));
-            let mut guards = Vec::with_capacity(acquirings.len());
-            // one script call when every key lives on one node: the keys granted before the
-            // first refused one are kept (the ones after it given back)
-            let inner = acquirings[0].inner().clone();
-            let fresh: Option<Vec<_>> = acquirings.iter().map(Acquiring::fresh).collect();
-            if let Some(fresh) = fresh
-                && one_node(&inner, &fresh)
-            {
-                if let Some((target, _)) = fresh.first() {
-                    Engine::check_lease(target.kind, &target.names, lease)?;
-                }
-                let taken = inner.try_all_at_once(fresh, lease).await;
-                let site = owner::site().map(Arc::new);
-                guards.extend(taken.into_iter().map(|mut core| {
-                    core.mark_site(site.clone());
-                    LockGuard { core }
-                }));
-                if guards.len() == acquirings.len() {
+            loop {
+                let acquirings: Vec<Acquiring> = named
+                    .iter()
+                    .map(|names| {
+                        Acquiring::new(engine, &MUTEX, Ok(names.clone()), owner.clone())
+                            .with_label(label)
+                    })
+                    .collect();
+                let started = Instant::now();
+                let (mut guards, steps) =
+                    take_in_order(engine, acquirings, lease, deadline).await?;
+                // Keys taken early may have run out (a fixed lease) while later ones were
+                // taken: every one is confirmed on Redis, its lease set to the full lease from
+                // now, before the guard is handed out.
+                if steps == Steps::One {
                     return Ok(MultiGuard { guards });
                 }
-            }
-            // the rest in order, from the first one refused
-            for acquiring in acquirings.into_iter().skip(guards.len()) {
-                let left = deadline.map(|d| d.saturating_duration_since(Instant::now()));
-                match acquiring.run(lease, left).await {
-                    Ok(core) => guards.push(LockGuard { core }),
-                    Err(e) => {
-                        // all or nothing: give back what was taken, then report
-                        for guard in guards {
-                            let _ = guard.release().await;
-                        }
-                        return Err(e);
-                    }
+                let confirm = lease.unwrap_or(engine.config.watchdog_timeout());
+                let mut cores: Vec<&mut Guard> = guards.iter_mut().map(|g| &mut g.core).collect();
+                let Err(lost) = guard::extend_all(&mut cores, confirm).await else {
+                    return Ok(MultiGuard { guards });
+                };
+                give_back(guards).await;
+                if lost.kind() != ErrorKind::NotHeld {
+                    return Err(lost);
                 }
+                if steps == Steps::Calls {
+                    // nobody else was waited for: the lease is shorter than taking the keys
+                    // takes, and would be every time
+                    return Err(LockError::new(
+                        ErrorKind::InvalidArgument,
+                        format!(
+                            "a lease of {:?} is shorter than taking these {} keys took \
+                             ({:?}): {lost}",
+                            lease.unwrap_or_default(),
+                            named.len(),
+                            started.elapsed()
+                        ),
+                    ));
+                }
+                if deadline.is_some_and(|d| Instant::now() >= d) {
+                    let mut err = LockError::new(
+                        ErrorKind::Timeout,
+                        format!(
+                            "lock_all could not hold every key at once within {:?}: {lost}",
+                            wait.unwrap_or_default()
+                        ),
+                    );
+                    if let Some(key) = lost.key() {
+                        err = err.with_key(key);
+                    }
+                    return Err(err);
+                }
+                tracing::debug!(error = %lost, "lock_all lost a key while it waited for the others; taking them again");
             }
-            Ok(MultiGuard { guards })
         })
     }
+}
+
+/// Takes every one of `acquirings` in their order: as many as it can at once in script calls
+/// (when they are new to this owner and on one node), then the first refused one waiting for
+/// the time left of the wait, then again the rest at once, and so on. When one cannot be taken
+/// in time, the ones taken are released before the error returns. Returns the guards, and in
+/// how many steps they were taken (the first ones may have run out since).
+async fn take_in_order(
+    engine: &Arc<Engine>,
+    acquirings: Vec<Acquiring>,
+    lease: Option<Duration>,
+    deadline: Option<Instant>,
+) -> Result<(Vec<LockGuard>, Steps), LockError> {
+    let mut guards: Vec<LockGuard> = Vec::with_capacity(acquirings.len());
+    let mut rest: VecDeque<Acquiring> = acquirings.into();
+    let mut steps = if rest.len() > MAX_OPS {
+        Steps::Calls
+    } else {
+        Steps::One
+    };
+    while !rest.is_empty() {
+        let fresh: Option<Vec<_>> = rest.iter().map(Acquiring::fresh).collect();
+        if let Some(fresh) = fresh
+            && one_node(engine, &fresh)
+        {
+            if let Some((target, _)) = fresh.first()
+                && let Err(e) = Engine::check_lease(target.kind, &target.names, lease)
+            {
+                give_back(guards).await;
+                return Err(e);
+            }
+            let taken = engine.try_all_at_once(fresh, lease).await;
+            rest.drain(..taken.len());
+            let site = owner::site().map(Arc::new);
+            guards.extend(taken.into_iter().map(|mut core| {
+                core.mark_site(site.clone());
+                LockGuard { core }
+            }));
+        }
+        // the first one refused, waiting for it
+        let Some(acquiring) = rest.pop_front() else {
+            break;
+        };
+        if !guards.is_empty() {
+            steps = Steps::Waited;
+        }
+        let left = deadline.map(|d| d.saturating_duration_since(Instant::now()));
+        match acquiring.run(lease, left).await {
+            Ok(core) => {
+                guards.push(LockGuard { core });
+                if steps == Steps::One && !rest.is_empty() {
+                    steps = Steps::Calls;
+                }
+            }
+            Err(e) => {
+                // all or nothing: give back what was taken, then report
+                give_back(guards).await;
+                return Err(e);
+            }
+        }
+    }
+    Ok((guards, steps))
+}
+
+/// How the keys of a multi-key lock were taken.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Steps {
+    /// All by one script call.
+    One,
+    /// By several script calls, one after another, none of them refused.
+    Calls,
+    /// Some after others were taken and held meanwhile (waiting, or one by one).
+    Waited,
+}
+
+async fn give_back(guards: Vec<LockGuard>) {
+    let _ = guard::release_all(guards.into_iter().map(|g| g.core).collect()).await;
 }
 
 /// Whether one script call can touch every target: always outside cluster mode; in cluster
@@ -200,18 +301,14 @@ impl MultiGuard {
         guard::lost_any(&cores).await
     }
 
-    /// Sets every lock's lease to `lease` from now (see [`LockGuard::extend`]).
+    /// Sets every lock's lease to `lease` from now (see [`LockGuard::extend`]), in few script
+    /// calls (up to 256 locks each).
     ///
     /// # Errors
     /// The first error of the extensions; all are tried.
     pub async fn extend(&mut self, lease: Duration) -> Result<(), LockError> {
-        let mut first = Ok(());
-        for guard in &mut self.guards {
-            if let Err(e) = guard.extend(lease).await {
-                first = first.and(Err(e));
-            }
-        }
-        first
+        let mut cores: Vec<&mut Guard> = self.guards.iter_mut().map(|g| &mut g.core).collect();
+        guard::extend_all(&mut cores, lease).await
     }
 
     /// Releases every lock and waits for Redis.

@@ -3,7 +3,7 @@
 //! nor lose money; `wait = "0s"` skips the body of every kind.
 
 use std::sync::Arc;
-use std::sync::atomic::{AtomicU32, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU32, Ordering};
 use std::time::{Duration, Instant};
 
 use crate::common::{Fixture, Raw, eventually};
@@ -323,6 +323,77 @@ async fn losing_any_key_stops_a_multi_key_body() {
             .await;
         }
     }
+}
+
+#[distributed_lock(keys = ["lapse:<key>:a", "lapse:<key>:b"], lease = "500ms", wait = "4s")]
+async fn both_for_a_short_lease(
+    key: &str,
+    other_holds: &AtomicBool,
+    entered: &AtomicU32,
+    overlaps: &AtomicU32,
+) -> Result<(), LockError> {
+    entered.fetch_add(1, Ordering::SeqCst);
+    if other_holds.load(Ordering::SeqCst) {
+        overlaps.fetch_add(1, Ordering::SeqCst);
+    }
+    Ok(())
+}
+
+/// A multi-key body with a 500 ms lease takes its first key at once and waits for the second
+/// (held 1.5 s by another service) while the first one's lease runs out and a third service
+/// takes it (for 1.5 s). The body does not start while that service holds its first key: it
+/// runs once both are its own again, within its wait.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_multi_key_body_never_runs_while_another_service_holds_one_of_its_keys() {
+    let (fx, probe) = setup().await;
+    let third = fx.service(WATCHDOG).await;
+    let key = unique_key("lapse");
+    let (first, second) = (format!("lapse:{key}:a"), format!("lapse:{key}:b"));
+    let busy = probe
+        .lock(&second)
+        .lease(Duration::from_millis(1500))
+        .await
+        .unwrap();
+    let (other_holds, entered, overlaps) =
+        (AtomicBool::new(false), AtomicU32::new(0), AtomicU32::new(0));
+    let call = both_for_a_short_lease(&key, &other_holds, &entered, &overlaps);
+    let other_side = async {
+        eventually(
+            "the body's first key taken",
+            Duration::from_secs(3),
+            || async { probe.is_locked(&first).await.unwrap() },
+        )
+        .await;
+        // granted once the body's lease of the key ran out
+        let hold = third
+            .lock(&first)
+            .lease(Duration::from_secs(30))
+            .wait(Duration::from_secs(3))
+            .await
+            .unwrap();
+        other_holds.store(true, Ordering::SeqCst);
+        // the third service's hold lasts 1.5 s
+        tokio::time::sleep(Duration::from_millis(1500)).await;
+        other_holds.store(false, Ordering::SeqCst);
+        hold.release().await.unwrap();
+    };
+    let (result, ()) = tokio::join!(call, other_side);
+    assert_eq!(
+        overlaps.load(Ordering::SeqCst),
+        0,
+        "the body ran while another service held one of its keys ({result:?})"
+    );
+    result.unwrap();
+    assert_eq!(entered.load(Ordering::SeqCst), 1);
+    for k in [&first, &second] {
+        eventually(
+            "released after the body",
+            Duration::from_secs(2),
+            || async { !probe.is_locked(k).await.unwrap() },
+        )
+        .await;
+    }
+    drop(busy);
 }
 
 #[distributed_lock(key = "job:<key>", wait = "0s")]

@@ -4,10 +4,10 @@
 //! frees every key, and keys served by different cluster masters.
 
 use std::sync::Arc;
-use std::sync::atomic::{AtomicI64, AtomicU64, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicI64, AtomicU64, Ordering};
 use std::time::{Duration, Instant};
 
-use crate::common::{Fixture, eventually, lock_key};
+use crate::common::{Fixture, evalsha_calls, eventually, lock_key};
 use lock_runtime::{ErrorKind, LockService};
 use lock_tests::harness::{Kind, unique_key};
 
@@ -325,4 +325,164 @@ async fn invalid_keys_take_nothing() {
             "{key} was taken"
         );
     }
+}
+
+/// Service B holds the second key for 1.5 s; A asks for both with a 500 ms lease and a 4 s wait:
+/// A takes the first key at once and waits for the second while the first one's lease runs
+/// out, and service C takes the first key meanwhile (holding it 1.5 s). `lock_all` may return
+/// only with every key held: it never hands out a guard already lost, and never one whose key
+/// C holds. (It takes the keys again once C is done, well within the wait.)
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn lock_all_never_returns_a_key_whose_lease_ran_out_while_it_waited() {
+    let fx = Fixture::single().await;
+    let (a, b, c) = (
+        fx.service(LONG).await,
+        fx.service(LONG).await,
+        fx.service(LONG).await,
+    );
+    let ks = keys("ran-out", 2);
+    let busy = b
+        .lock(&ks[1])
+        .lease(Duration::from_millis(1500))
+        .await
+        .unwrap();
+    let mut taking = {
+        let (a, ks) = (a.clone(), ks.clone());
+        tokio::spawn(async move {
+            a.lock_all(ks)
+                .lease(Duration::from_millis(500))
+                .wait(Duration::from_secs(4))
+                .await
+        })
+    };
+    eventually(
+        "A took the first key and waits for the second",
+        Duration::from_secs(3),
+        || async {
+            holder(&b, &ks[0]).await.is_some()
+                && a.inspect(&ks[1]).await.unwrap().local_waiters == 1
+        },
+    )
+    .await;
+    // C waits for the first key: it gets it once A's lease of it ran out
+    let c_hold = c
+        .lock(&ks[0])
+        .lease(LONG)
+        .wait(Duration::from_secs(3))
+        .await
+        .unwrap();
+    let c_fence = c_hold.fence();
+    // C holds the key for 1.5 s: A's lock_all must not return meanwhile
+    if let Ok(joined) = tokio::time::timeout(Duration::from_millis(1500), &mut taking).await {
+        let result = joined.unwrap();
+        let lost: Vec<bool> = match &result {
+            Ok(guard) => guard.guards().iter().map(|g| g.is_lost()).collect(),
+            Err(_) => Vec::new(),
+        };
+        panic!(
+            "lock_all returned while C held {} (A's guards lost: {lost:?}): {result:?}",
+            ks[0]
+        );
+    }
+    c_hold.release().await.unwrap();
+    let guard = tokio::time::timeout(Duration::from_secs(5), taking)
+        .await
+        .expect("lock_all returns within its wait")
+        .unwrap()
+        .expect("A takes both keys once C let go, within its wait");
+    for g in guard.guards() {
+        assert!(!g.is_lost(), "{} handed out lost", g.key());
+    }
+    for key in &ks {
+        assert_eq!(
+            a.inspect(key).await.unwrap().fence,
+            guard.fence(key),
+            "{key} is not A's on Redis"
+        );
+    }
+    assert!(
+        guard.fence(&ks[0]).unwrap() > c_fence,
+        "A holds the first key after C"
+    );
+    guard.release().await.unwrap();
+    drop(busy);
+}
+
+/// Redis runs nothing else while a script runs, so no call may carry thousands of keys: taking
+/// and releasing 10,000 keys goes out in script calls of a bounded number of keys. Checked by
+/// its effect on another client - a PING every millisecond from a connection of its own never
+/// waits long - and by the number of script calls. The bound on the PING is a bound on how
+/// long Redis is kept busy by one call (a few milliseconds for a call of 128 keys), not a speed
+/// requirement: it is generous (100 ms) so that a loaded machine does not fail it, while one
+/// script for every key kept PINGs waiting for about half a second.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn ten_thousand_keys_never_keep_redis_busy_for_long() {
+    const N: usize = 10_000;
+    /// Keys per script call at most (the engine's `MAX_OPS`).
+    const PER_CALL: usize = 128;
+    let fx = Fixture::single().await;
+    let locks = fx.service(LONG).await;
+    let ks = keys("ten-thousand", N);
+    // a script call first: the counter of script calls shows from the first one on
+    let warm_up = locks.lock(unique_key("warm-up")).await.unwrap();
+    warm_up.release().await.unwrap();
+    let stop = Arc::new(AtomicBool::new(false));
+    let pinger = {
+        let (stop, mut con) = (stop.clone(), fx.redis());
+        std::thread::spawn(move || {
+            let (mut longest, mut pings) = (Duration::ZERO, 0u64);
+            while !stop.load(Ordering::SeqCst) {
+                let sent = Instant::now();
+                let _: String = redis::cmd("PING").query(&mut con).unwrap();
+                longest = longest.max(sent.elapsed());
+                pings += 1;
+                std::thread::sleep(Duration::from_millis(1));
+            }
+            (longest, pings)
+        })
+    };
+    let mut con = fx.redis();
+    let held_count = |con: &mut redis::Connection| -> usize {
+        ks.chunks(500)
+            .map(|chunk| {
+                let mut exists = redis::cmd("EXISTS");
+                for key in chunk {
+                    exists.arg(lock_key(key));
+                }
+                exists.query::<usize>(con).unwrap()
+            })
+            .sum()
+    };
+    let before = evalsha_calls(&mut con);
+    let guard = locks.lock_all(ks.clone()).lease(LONG).await.unwrap();
+    let acquire_calls = evalsha_calls(&mut con) - before;
+    assert_eq!(guard.keys().count(), N);
+    assert_eq!(held_count(&mut con), N, "every key held on Redis");
+    let before = evalsha_calls(&mut con);
+    guard.release().await.unwrap();
+    let release_calls = evalsha_calls(&mut con) - before;
+    assert_eq!(held_count(&mut con), 0, "every key released on Redis");
+    stop.store(true, Ordering::SeqCst);
+    let (longest, pings) = pinger.join().unwrap();
+    println!(
+        "{N} keys: {acquire_calls} script calls to take them, {release_calls} to release them; \
+         {pings} PINGs, the longest {longest:?}"
+    );
+    let at_least = N.div_ceil(PER_CALL) as u64;
+    assert!(
+        acquire_calls >= at_least,
+        "{acquire_calls} script calls took {N} keys: more than {PER_CALL} keys per call"
+    );
+    assert!(
+        release_calls >= at_least,
+        "{release_calls} script calls released {N} keys: more than {PER_CALL} keys per call"
+    );
+    assert!(
+        pings > 10,
+        "the PINGs ran while the keys were taken and released"
+    );
+    assert!(
+        longest < Duration::from_millis(100),
+        "a PING waited {longest:?}: one call kept Redis busy that long"
+    );
 }
