@@ -18,12 +18,12 @@ use crate::engine::{Engine, Guard, Kind};
 use crate::error::LockError;
 use crate::inspect::{Holder, Layout, LocalGuards, LockInfo, RawState};
 use crate::owner::OwnerId;
-use crate::scripts::FENCE_FIELD;
+use crate::scripts::{self, FENCE_FIELD};
 use crate::vocab::{HoldMode, LockKind};
 
 /// Renews or extends mutex holds by grant id.
 pub(crate) static RENEW: LazyLock<Script> =
-    LazyLock::new(|| Script::new(include_str!("mutex/renew.lua")));
+    LazyLock::new(|| scripts::renew(include_str!("mutex/renew.lua")));
 
 /// The mutex as the engine sees it.
 pub(crate) static MUTEX: Kind = Kind {

@@ -18,11 +18,11 @@ use crate::engine::{Engine, Guard, KeyNames, Kind, owner_field};
 use crate::error::{ErrorKind, LockError};
 use crate::inspect::{Holder, Layout, LocalGuards, LockInfo, RawState};
 use crate::owner::OwnerId;
-use crate::scripts::FENCE_FIELD;
+use crate::scripts::{self, FENCE_FIELD};
 use crate::vocab::{HoldMode, LockKind};
 
 /// Renews or extends read and write holds by grant id.
-static RENEW: LazyLock<Script> = LazyLock::new(|| Script::new(include_str!("rw/renew.lua")));
+static RENEW: LazyLock<Script> = LazyLock::new(|| scripts::renew(include_str!("rw/renew.lua")));
 
 /// Takes a service off the writers waiting and wakes the readers kept out for them: run by
 /// the engine when the service's last waiting writer gives up (a writer that no longer waits

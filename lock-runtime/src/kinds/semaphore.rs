@@ -15,10 +15,11 @@ use super::{Acquiring, KindEntry};
 use crate::engine::{Engine, Guard, KeyNames, Kind};
 use crate::error::{ErrorKind, LockError};
 use crate::inspect::{Holder, Layout, LocalGuards, LockInfo, RawState};
-use crate::scripts::ScriptCall;
+use crate::scripts::{self, ScriptCall};
 use crate::vocab::{HoldMode, LockKind};
 
-static RENEW: LazyLock<Script> = LazyLock::new(|| Script::new(include_str!("semaphore/renew.lua")));
+static RENEW: LazyLock<Script> =
+    LazyLock::new(|| scripts::renew(include_str!("semaphore/renew.lua")));
 static AVAILABLE: LazyLock<Script> =
     LazyLock::new(|| Script::new(include_str!("semaphore/available.lua")));
 

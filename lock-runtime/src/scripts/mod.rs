@@ -5,7 +5,8 @@
 //! operations of a lock kind are one script, built per kind and service settings by [`ops`]:
 //! `prelude.lua` (settings, fencing and waiter helpers), the kind's `acquire` and `release`
 //! functions (in the kind's folder, e.g. `mutex/`) and `ops.lua`, which runs one or many
-//! operations per call. The other scripts are static. Scripts run with EVALSHA and are loaded
+//! operations per call; a kind's renewals are `clock.lua`, `renew.lua`, the kind's `renew`
+//! function and `renew_run.lua`, built by [`renew`]. The other scripts are static. Scripts run with EVALSHA and are loaded
 //! on NOSCRIPT (see the backend).
 
 use std::sync::LazyLock;
@@ -35,14 +36,15 @@ pub(crate) const TURN_MS: u64 = 250;
 pub(crate) use crate::vocab::MAX_LEASE_MS;
 
 /// The operations of the kind whose Lua is `kind_lua`, with a service's settings:
-/// `prelude.lua`, the kind's functions and `ops.lua`, with every `$` name replaced by its
+/// `clock.lua`, `prelude.lua`, the kind's functions and `ops.lua`, with every `$` name replaced by its
 /// literal (see `prelude.lua`). Services with the same settings share one script.
 pub(crate) fn ops(kind_lua: &[&str], publish: &str, yield_horizon_ms: u64) -> Script {
     Script::new(&ops_text(kind_lua, publish, yield_horizon_ms))
 }
 
 fn ops_text(kind_lua: &[&str], publish: &str, yield_horizon_ms: u64) -> String {
-    let mut text = String::from(include_str!("prelude.lua"));
+    let mut text = String::from(include_str!("clock.lua"));
+    text.push_str(include_str!("prelude.lua"));
     for part in kind_lua {
         text.push_str(part);
     }
@@ -58,6 +60,21 @@ fn ops_text(kind_lua: &[&str], publish: &str, yield_horizon_ms: u64) -> String {
         text = text.replace(name, &literal);
     }
     text
+}
+
+/// The renew script of the kind whose `renew` function is `kind_lua` (see `renew.lua`): the
+/// shared clock and lease check, the call's head, the kind's function and the loop over the
+/// holds.
+pub(crate) fn renew(kind_lua: &str) -> Script {
+    let text = [
+        include_str!("clock.lua"),
+        include_str!("renew.lua"),
+        kind_lua,
+        include_str!("renew_run.lua"),
+    ]
+    .concat()
+    .replace("$MAX_LEASE", &MAX_LEASE_MS.to_string());
+    Script::new(&text)
 }
 
 script!(FORCE_UNLOCK, "force_unlock.lua");

@@ -1,15 +1,6 @@
--- The read-write kind: watchdog renewal of many holds at once, or a new lease for one (extend);
--- never re-creates a vanished hold. Contract as mutex/renew.lua: KEYS[i] hash i; ARGV[1] lease
--- in ms; ARGV[2] 'r' (never shorten) or 'x' (exactly); ARGV[2i + 1] owner field, ARGV[2i + 2]
--- grant id of hold i (a write hold when the hash has 'w:<owner>' with that grant id, else the
--- read hold 'r:<grant id>'). Reply: 1 renewed, 0 not held, -1 failed, per hold.
-local lease = tonumber(ARGV[1])
-if not lease or lease < 1 or lease ~= math.floor(lease) then
-  error('invalid lease ' .. tostring(ARGV[1]) .. ' ms')
-end
-local exact = ARGV[2] == 'x'
-local t = redis.call('time')
-local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
+-- The read-write lock's renewal (see scripts/renew.lua for the call): hold i is the write hold
+-- when the hash has 'w:<owner>' with that grant id, else the read hold 'r:<grant id>'; each
+-- keeps its own expiry (server ms) as data, and the key expires with the latest of them.
 local function latest_of(lock)
   local latest = 0
   local all = redis.call('hgetall', lock)
@@ -28,6 +19,7 @@ local function latest_of(lock)
   return latest
 end
 local function renew(lock, owner, grant_id)
+  local now = now_ms()
   local exp = now + lease
   if redis.call('hget', lock, 'w:' .. owner) == grant_id then
     local old = tonumber(redis.call('hget', lock, ':wexp')) or 0
@@ -51,9 +43,3 @@ local function renew(lock, owner, grant_id)
   redis.call('pexpire', lock, math.max(latest_of(lock) - now, 1))
   return 1
 end
-local renewed = {}
-for i, lock in ipairs(KEYS) do
-  local ok, flag = pcall(renew, lock, ARGV[2 * i + 1], ARGV[2 * i + 2])
-  renewed[i] = ok and flag or -1
-end
-return renewed

@@ -1,15 +1,8 @@
--- The semaphore kind: watchdog renewal of many grants at once, or a new lease for one
--- (extend); never re-creates a vanished grant. Contract as mutex/renew.lua: KEYS[i] hash i;
--- ARGV[1] lease in ms; ARGV[2] 'r' (never shorten) or 'x' (exactly); ARGV[2i + 1] owner field,
--- ARGV[2i + 2] grant id of grant i. Reply: 1 renewed, 0 not held, -1 failed, per grant.
-local lease = tonumber(ARGV[1])
-if not lease or lease < 1 or lease ~= math.floor(lease) then
-  error('invalid lease ' .. tostring(ARGV[1]) .. ' ms')
-end
-local exact = ARGV[2] == 'x'
-local t = redis.call('time')
-local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
-local function renew(lock, grant_id)
+-- The semaphore's renewal (see scripts/renew.lua for the call): hold i is the grant
+-- 'p:<grant id>' (the owner is not needed); each grant keeps its own expiry (server ms) as data,
+-- and the key expires with the latest of them.
+local function renew(lock, _, grant_id)
+  local now = now_ms()
   local field = 'p:' .. grant_id
   local v = redis.call('hget', lock, field)
   if not v then
@@ -37,9 +30,3 @@ local function renew(lock, grant_id)
   redis.call('pexpire', lock, math.max(latest - now, 1))
   return 1
 end
-local renewed = {}
-for i, lock in ipairs(KEYS) do
-  local ok, flag = pcall(renew, lock, ARGV[2 * i + 2])
-  renewed[i] = ok and flag or -1
-end
-return renewed
