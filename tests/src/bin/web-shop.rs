@@ -334,12 +334,14 @@ async fn run(args: Vec<String>) {
     if let Err(e) = served {
         fail(format_args!("serve: {e}"));
     }
-    match lock_runtime::shutdown().await {
-        Ok(()) => println!("stopped"),
-        Err(e) => println!("error shutdown {e}"),
-    }
+    let said = match lock_runtime::shutdown().await {
+        Ok(()) => "stopped".to_owned(),
+        Err(e) => format!("error shutdown {e}"),
+    };
+    // nobody may read any more: a closed stdout is no reason to fail the exit
     use std::io::Write as _;
-    let _ = std::io::stdout().flush();
+    let mut stdout = std::io::stdout();
+    let _ = writeln!(stdout, "{said}").and_then(|()| stdout.flush());
 }
 
 fn main() {
