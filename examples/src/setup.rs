@@ -22,7 +22,7 @@ options:
   --trust-request-id     make the x-request-id header the lock owner (trusted callers only)
 
 Prints `listening on http://ADDR` once it accepts connections. On Ctrl-C or SIGTERM it stops
-taking requests, gives those under way up to 5 s to finish, releases its locks and exits.";
+taking requests, gives those under way up to 1 s to finish, releases its locks and exits.";
 
 /// The options [`SHOP_USAGE`] describes.
 pub const SHOP_OPTIONS: &[&str] = &[
@@ -100,9 +100,10 @@ pub fn announce(addr: SocketAddr) {
     let _ = out.flush();
 }
 
-/// How long requests under way get to finish after Ctrl-C or SIGTERM (the shop's lock lease:
-/// a purchase takes far less).
-pub const GRACE: Duration = Duration::from_secs(5);
+/// How long requests under way get to finish after Ctrl-C or SIGTERM (a purchase takes a few
+/// ms; one still running after this is cut short and its lock released, rather than left held
+/// until its 5 s lease runs out).
+pub const GRACE: Duration = Duration::from_secs(1);
 
 /// Resolves on Ctrl-C (SIGINT) or SIGTERM; watches for them from the call on (call it before
 /// announcing the server). Needs a tokio runtime.
