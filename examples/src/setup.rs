@@ -1,4 +1,5 @@
-//! Start-up shared by the shop binaries: options, the global lock service, the stock store.
+//! Start-up and stop shared by the shop binaries: options, the global lock service, the stock
+//! store; the stop signal and the release of the locks on the way out.
 
 use std::net::SocketAddr;
 use std::path::PathBuf;
@@ -20,7 +21,8 @@ options:
   --checkout-ms N        checkout work inside a purchase, in ms (default 5)
   --trust-request-id     make the x-request-id header the lock owner (trusted callers only)
 
-Prints `listening on http://ADDR` once it accepts connections.";
+Prints `listening on http://ADDR` once it accepts connections. On Ctrl-C or SIGTERM it stops
+taking requests, gives those under way up to 1 s to finish, releases its locks and exits.";
 
 /// The options [`SHOP_USAGE`] describes.
 pub const SHOP_OPTIONS: &[&str] = &[
@@ -96,6 +98,40 @@ pub fn announce(addr: SocketAddr) {
     let mut out = std::io::stdout().lock();
     let _ = writeln!(out, "listening on http://{addr}");
     let _ = out.flush();
+}
+
+/// How long requests under way get to finish after Ctrl-C or SIGTERM (a purchase takes a few
+/// ms; one still running after this is cut short and its lock released, rather than left held
+/// until its 5 s lease runs out).
+pub const GRACE: Duration = Duration::from_secs(1);
+
+/// Resolves on Ctrl-C (SIGINT) or SIGTERM; watches for them from the call on (call it before
+/// announcing the server). Needs a tokio runtime.
+///
+/// # Errors
+/// When the signals cannot be watched.
+pub fn stop_signal() -> Result<impl Future<Output = ()> + Send + 'static, String> {
+    use tokio::signal::unix::{SignalKind, signal};
+    let watch = |kind: SignalKind| signal(kind).map_err(|e| format!("watching {kind:?}: {e}"));
+    let (mut terminate, mut interrupt) = (
+        watch(SignalKind::terminate())?,
+        watch(SignalKind::interrupt())?,
+    );
+    Ok(async move {
+        tokio::select! {
+            _ = terminate.recv() => {}
+            _ = interrupt.recv() => {}
+        }
+    })
+}
+
+/// Shuts the global lock service down on the way out, so that the locks of requests cut short
+/// are free at once instead of when their leases run out (see `lock_runtime::shutdown`).
+pub async fn release_locks(program: &str) {
+    match lock_runtime::shutdown().await {
+        Ok(()) => eprintln!("{program}: stopped; its locks are released"),
+        Err(e) => eprintln!("{program}: stopped; {e}"),
+    }
 }
 
 #[cfg(test)]

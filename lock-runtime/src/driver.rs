@@ -28,7 +28,7 @@ pub(crate) async fn run<T: Send + 'static>(
     DRIVER.spawn(future).await.map_err(|e| {
         LockError::new(
             ErrorKind::Backend,
-            format!("connecting the global lock service failed: {e}"),
+            format!("a call on the global lock service's thread failed: {e}"),
         )
     })?
 }

@@ -202,7 +202,8 @@ pub use kinds::rw::{ReadGuard, ReadRequest, RwRequest, WriteGuard, WriteRequest}
 pub use kinds::semaphore::{Permit, PermitRequest, Semaphore};
 pub use owner::OwnerId;
 pub use registry::{
-    CONFIG_ENV, DEFAULT_CONFIG_FILE, global, init, init_from_env, init_from_file, try_global,
+    CONFIG_ENV, DEFAULT_CONFIG_FILE, global, init, init_from_env, init_from_file, shutdown,
+    try_global,
 };
 pub use service::LockService;
 pub use vocab::{HoldMode, LockKind, LossReason};

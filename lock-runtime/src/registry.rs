@@ -98,6 +98,29 @@ pub async fn init_from_env() -> Result<&'static LockService, LockError> {
     global().await
 }
 
+/// Shuts the process-wide lock service down (see [`LockService::shutdown`]): its locks are
+/// released on Redis, and annotated calls are refused with [`ErrorKind::ShuttingDown`] from
+/// then on. Does nothing when the service was never set up; a second call returns at once.
+///
+/// ```no_run
+/// # async fn demo() {
+/// // at the end of main, after the server stopped:
+/// if let Err(e) = lock_runtime::shutdown().await {
+///     eprintln!("lock service shutdown: {e}");
+/// }
+/// # }
+/// ```
+///
+/// # Errors
+/// As [`LockService::shutdown`].
+pub async fn shutdown() -> Result<(), LockError> {
+    match GLOBAL.get() {
+        // on the service's own thread, which drives its connections
+        Some(service) => driver::run(service.shutdown()).await,
+        None => Ok(()),
+    }
+}
+
 /// The process-wide lock service if it is set up, without loading anything.
 pub fn try_global() -> Option<&'static LockService> {
     GLOBAL.get()

@@ -188,6 +188,40 @@ impl LockService {
     pub fn config(&self) -> &LockConfig {
         &self.inner.config
     }
+
+    /// Ends the service gracefully, for a clean exit: call it when the process stops (after
+    /// the server stopped taking requests), so that its locks do not stay held on Redis until
+    /// their leases run out.
+    ///
+    /// From the first call on, every clone of the service refuses new acquires with
+    /// [`ErrorKind::ShuttingDown`](crate::ErrorKind::ShuttingDown), and waits under way end
+    /// with it. Every hold and permit of the service is released on Redis (one script call per
+    /// kind, all at once; waiters elsewhere are woken), and the watchdog and the subscriber
+    /// stop. The guards of those holds are no longer valid: their `lost()` resolves (saying the
+    /// service shut down), and their release or drop does not touch Redis again (`release()`
+    /// returns `Ok`). A second call returns at once.
+    ///
+    /// ```no_run
+    /// # async fn demo(locks: lock_runtime::LockService) {
+    /// // after the server's graceful shutdown finished:
+    /// if let Err(e) = locks.shutdown().await {
+    ///     eprintln!("some locks were not released, they expire with their leases: {e}");
+    /// }
+    /// # }
+    /// ```
+    ///
+    /// # Errors
+    /// [`ErrorKind::Backend`](crate::ErrorKind::Backend) when Redis did not confirm every
+    /// release within `response_timeout` (the service is shut down all the same; what was not
+    /// released expires with its lease).
+    pub async fn shutdown(&self) -> Result<(), LockError> {
+        self.inner.shut_down().await
+    }
+
+    /// Whether [`shutdown`](Self::shutdown) was called on this service (or a clone).
+    pub fn is_shut_down(&self) -> bool {
+        self.inner.is_closing()
+    }
 }
 
 /// Operators' methods: what is held, by whom, and breaking a lock whoever holds it (see

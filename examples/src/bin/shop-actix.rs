@@ -1,9 +1,11 @@
-//! The flash-sale shop on actix-web; see `lock_examples::actix_shop`.
+//! The flash-sale shop on actix-web; see `lock_examples::actix_shop`. On Ctrl-C or SIGTERM
+//! actix-web stops taking requests and gives those under way [`GRACE`] to finish; then the shop
+//! releases its locks (`lock_runtime::shutdown`).
 
 use actix_web::{App, HttpServer};
 use lock_examples::actix_shop::{Shop, configure};
 use lock_examples::args::Args;
-use lock_examples::setup::{SHOP_OPTIONS, SHOP_USAGE, ShopSetup, announce};
+use lock_examples::setup::{GRACE, SHOP_OPTIONS, SHOP_USAGE, ShopSetup, announce, release_locks};
 use lock_runtime::middleware::actix::OwnerScope;
 
 #[actix_web::main]
@@ -35,9 +37,13 @@ async fn run(args: &Args) -> Result<(), String> {
             .wrap(OwnerScope::with_config(scope.clone()))
             .configure(|cfg| configure(cfg, shop))
     })
+    // actix-web's own signal handling: SIGTERM stops gracefully within the timeout, Ctrl-C at once
+    .shutdown_timeout(GRACE.as_secs())
     .listen(listener)
     .map_err(|e| format!("listen {addr}: {e}"))?
     .run();
     announce(addr);
-    server.await.map_err(|e| format!("serve: {e}"))
+    let served = server.await.map_err(|e| format!("serve: {e}"));
+    release_locks("shop-actix").await;
+    served
 }

@@ -1,11 +1,14 @@
 //! The flash-sale shop on axum; see `lock_examples::axum_shop`. Serves the lock metrics on
 //! `GET /metrics` (`lock_examples::prometheus`) and prints each lock it loses to stderr
-//! (`LockService::events`).
+//! (`LockService::events`). On Ctrl-C or SIGTERM it stops taking requests, gives those under
+//! way [`GRACE`] to finish and releases its locks (`lock_runtime::shutdown`).
 
 use lock_examples::args::Args;
 use lock_examples::axum_shop::{Shop, router};
 use lock_examples::prometheus;
-use lock_examples::setup::{SHOP_OPTIONS, SHOP_USAGE, ShopSetup, announce};
+use lock_examples::setup::{
+    GRACE, SHOP_OPTIONS, SHOP_USAGE, ShopSetup, announce, release_locks, stop_signal,
+};
 use lock_runtime::LockEvent;
 use tokio::sync::broadcast::error::RecvError;
 
@@ -34,11 +37,26 @@ async fn run(args: &Args) -> Result<(), String> {
             .unwrap_or_else(|| addr.port().to_string())
             .into(),
     };
+    let stop = stop_signal()?;
     announce(addr);
     let app = prometheus::route(router(shop, setup.scope), metrics);
-    axum::serve(listener, app)
-        .await
-        .map_err(|e| format!("serve: {e}"))
+    let (stopped, mut stopping) = tokio::sync::watch::channel(false);
+    let server = axum::serve(listener, app).with_graceful_shutdown(async move {
+        stop.await;
+        let _ = stopped.send(true);
+    });
+    let grace_over = async move {
+        let _ = stopping.wait_for(|stopped| *stopped).await;
+        tokio::time::sleep(GRACE).await;
+    };
+    tokio::select! {
+        served = std::future::IntoFuture::into_future(server) => {
+            served.map_err(|e| format!("serve: {e}"))?;
+        }
+        () = grace_over => eprintln!("shop-axum: requests still under way after {GRACE:?} are cut short"),
+    }
+    release_locks("shop-axum").await;
+    Ok(())
 }
 
 /// Prints every lock this shop loses while holding it (a purchase outlived its 5 s lease, or

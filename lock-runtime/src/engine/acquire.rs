@@ -7,6 +7,7 @@ use std::time::{Duration, Instant};
 
 use rand::Rng;
 use tokio::sync::Notify;
+use tokio_util::sync::CancellationToken;
 use tracing::Instrument;
 
 use super::batcher::Op;
@@ -46,6 +47,7 @@ impl Engine {
         // a wait too long to count in an Instant is forever
         let deadline = wait.and_then(|w| started.checked_add(w));
         let (kind, label) = (target.kind.mode, target.label);
+        let (lock_kind, names) = (target.kind, target.names.clone());
         let mut path = Path::default();
         let result = self
             .acquire_inner(
@@ -58,11 +60,22 @@ impl Engine {
                 &mut path,
             )
             .instrument(span.clone())
-            .await
-            .map(|mut guard| {
+            .await;
+        // A grant that arrived while the service began to shut down (after its holds were
+        // released) is given back, not handed out.
+        let result = match result {
+            Ok(guard) if self.is_closing() => {
+                if let Err(e) = guard.release().await {
+                    tracing::debug!(parent: &span, error = %e, "giving back a grant at shutdown failed");
+                }
+                Err(Self::closing_error(lock_kind, &names))
+            }
+            Ok(mut guard) => {
                 guard.mark_site(site);
-                guard
-            });
+                Ok(guard)
+            }
+            other => other,
+        };
         let took = started.elapsed();
         span.record("waited_ms", took.as_millis() as u64);
         let outcome = match &result {
@@ -97,6 +110,9 @@ impl Engine {
     ) -> Result<Guard, LockError> {
         let names = &target.names;
         let kind = target.kind;
+        if self.is_closing() {
+            return Err(Self::closing_error(kind, names));
+        }
         let field = owner_field(&owner);
         let lease_ms = Self::millis(lease.unwrap_or(self.config.watchdog_timeout()));
         let watched = lease.is_none();
@@ -185,6 +201,11 @@ impl Engine {
         let _waiting = metrics::Waiting::new(kind.mode, target.label);
         let mut subscribed = false;
         loop {
+            if self.is_closing() {
+                // a hand-off that reached this waiter meanwhile is given back by leaving
+                ticket.leave_now().await;
+                return Err(Self::closing_error(kind, names));
+            }
             let mut hint = None;
             match self.local.turn(&names.lock, id) {
                 Turn::Granted { token, since } => {
@@ -249,7 +270,7 @@ impl Engine {
                 return Err(self.timeout_error(kind, names, wait));
             }
             path.waited = true;
-            wait_for(&wake, hint, deadline).await;
+            wait_for(&wake, &self.closing, hint, deadline).await;
         }
     }
 
@@ -333,6 +354,10 @@ impl Engine {
         wanted: Vec<(Target, OwnerId)>,
         lease: Option<Duration>,
     ) -> Vec<Guard> {
+        if self.is_closing() {
+            // the caller goes on one by one, and is refused
+            return Vec::new();
+        }
         let lease_ms = Self::millis(lease.unwrap_or(self.config.watchdog_timeout()));
         let items: Vec<(Target, OwnerId, OwnerField, GrantId)> = wanted
             .into_iter()
@@ -527,8 +552,14 @@ impl Drop for Ticket<'_> {
     }
 }
 
-/// Sleeps until woken, `hint` elapsed (the lock's remaining lease) or the deadline.
-async fn wait_for(wake: &Notify, hint: Option<Duration>, deadline: Option<Instant>) {
+/// Sleeps until woken, `hint` elapsed (the lock's remaining lease), the deadline or the
+/// service shuts down.
+async fn wait_for(
+    wake: &Notify,
+    closing: &CancellationToken,
+    hint: Option<Duration>,
+    deadline: Option<Instant>,
+) {
     let now = Instant::now();
     let until = match (hint.map(|h| now + h), deadline) {
         (Some(h), Some(d)) => Some(h.min(d)),
@@ -538,9 +569,15 @@ async fn wait_for(wake: &Notify, hint: Option<Duration>, deadline: Option<Instan
         Some(until) => {
             tokio::select! {
                 () = wake.notified() => {}
+                () = closing.cancelled() => {}
                 () = tokio::time::sleep_until(until.into()) => {}
             }
         }
-        None => wake.notified().await,
+        None => {
+            tokio::select! {
+                () = wake.notified() => {}
+                () = closing.cancelled() => {}
+            }
+        }
     }
 }

@@ -35,6 +35,9 @@ pub(crate) struct Engine {
     pub(crate) batcher: Batcher,
     /// What happens to this service's holds, for [`LockService::events`](crate::LockService::events).
     pub(crate) events: Events,
+    /// Cancelled when the service shuts down (see `shutdown`): acquires are refused, waits
+    /// end, the watchdog and the subscriber stop.
+    pub(crate) closing: tokio_util::sync::CancellationToken,
 }
 
 /// The owner as stored on Redis: prefixed with this process's instance id, or with `mesh` for
@@ -65,6 +68,7 @@ impl Engine {
             runtime,
             batcher: Default::default(),
             events: Default::default(),
+            closing: Default::default(),
         }
     }
 

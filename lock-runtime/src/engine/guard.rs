@@ -145,7 +145,11 @@ impl Guard {
         let why = loop {
             let until = self.cell.valid_until();
             tokio::select! {
-                () = self.cell.cancelled() => break "it was found gone or force-unlocked",
+                () = self.cell.cancelled() => break if self.cell.ended_by_shutdown() {
+                    "the lock service shut down and released it"
+                } else {
+                    "it was found gone or force-unlocked"
+                },
                 () = tokio::time::sleep_until(until.into()) => {
                     if Instant::now() >= self.cell.valid_until() {
                         self.cell.report_lost(LossReason::LeaseRanOut);
@@ -181,6 +185,8 @@ impl Guard {
         );
         let outcome = task.instrument(span).await;
         match outcome {
+            // the service's shutdown released it already
+            Ok(Released::NotHeld) if self.cell.ended_by_shutdown() => Ok(()),
             Ok(Released::NotHeld) => Err(self.not_held("released", "when released")),
             Ok(_) => Ok(()),
             Err(e) => Err(e),

@@ -1,5 +1,6 @@
 //! Holds in this process: grants (generations) with their guards and validity deadlines.
 
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex, OnceLock, Weak};
 use std::time::{Duration, Instant};
 
@@ -28,6 +29,8 @@ pub(crate) struct HoldCell {
     valid_until: Mutex<Instant>,
     /// What events and metrics say about the hold, set by its first guard.
     info: OnceLock<HoldInfo>,
+    /// The service's shutdown released the hold (its guards then touch Redis no more).
+    shut_down: AtomicBool,
 }
 
 impl HoldCell {
@@ -36,6 +39,7 @@ impl HoldCell {
             lost: CancellationToken::new(),
             valid_until: Mutex::new(valid_until),
             info: OnceLock::new(),
+            shut_down: AtomicBool::new(false),
         })
     }
 
@@ -86,6 +90,18 @@ impl HoldCell {
             .valid_until
             .lock()
             .unwrap_or_else(|poisoned| poisoned.into_inner()) = until;
+    }
+
+    /// Ends the hold because the service shuts down (which releases it on Redis): its guards
+    /// are no longer valid and their `lost()` says why.
+    pub(super) fn end_by_shutdown(&self) {
+        self.shut_down.store(true, Ordering::SeqCst);
+        self.lost.cancel();
+    }
+
+    /// Whether the service's shutdown released the hold.
+    pub(crate) fn ended_by_shutdown(&self) -> bool {
+        self.shut_down.load(Ordering::SeqCst)
     }
 
     /// Resolves when the hold was found gone or force-unlocked.

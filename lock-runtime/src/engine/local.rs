@@ -120,6 +120,14 @@ pub(crate) enum ReleasePlan {
     Redis(Option<Reservation>),
 }
 
+/// A hold the service's shutdown ended: the grant to release on Redis.
+pub(crate) struct Ended {
+    pub(crate) kind: &'static Kind,
+    pub(crate) key: LockKey,
+    pub(crate) owner: OwnerField,
+    pub(crate) grant: GrantId,
+}
+
 /// What the watchdog has to renew.
 pub(crate) struct Renewal {
     pub(crate) kind: &'static Kind,
@@ -451,6 +459,30 @@ impl Local {
                 keys.remove(key);
             }
         }
+    }
+
+    /// Ends every hold of this process for the service's shutdown and wakes every waiter;
+    /// returns the grants to release on Redis. The holds' guards are no longer valid (their
+    /// `lost()` says the service shut down) and their release touches nothing.
+    pub(crate) fn shut_down(&self) -> Vec<Ended> {
+        let mut keys = self.lock();
+        let mut ended = Vec::new();
+        for (key, state) in keys.iter_mut() {
+            for hold in state.holds.drain(..) {
+                hold.cell.end_by_shutdown();
+                ended.push(Ended {
+                    kind: hold.kind,
+                    key: key.clone(),
+                    owner: hold.owner,
+                    grant: hold.grant,
+                });
+            }
+            for waiter in &state.waiters {
+                waiter.wake.notify_one();
+            }
+        }
+        keys.retain(|_, state| !state.is_idle());
+        ended
     }
 
     /// How many guards the grants `grants` (space-separated ids, as on Redis) of `key` have in

@@ -1,8 +1,9 @@
 //! The engine every lock kind runs on: acquire with waiting (`acquire`), release with hand-off
 //! and give-back of grants nobody will use (`release`), shared script calls (`batch`), the
-//! in-process holds and waiter lines (`local`), the guard core (`guard`), renewal (`watchdog`)
-//! and wake-ups (`notify`). It knows no kind: a kind describes itself with a [`Kind`] (its
-//! scripts, whether its holds are shared, re-entrant, handed off) and the engine does the rest.
+//! in-process holds and waiter lines (`local`), the guard core (`guard`), renewal (`watchdog`),
+//! wake-ups (`notify`) and the service's graceful end (`shutdown`). It knows no kind: a kind
+//! describes itself with a [`Kind`] (its scripts, whether its holds are shared, re-entrant,
+//! handed off) and the engine does the rest.
 //!
 //! Redis calls that change lock state run in their own tasks and report back over a channel, so
 //! cancelling the caller's future never loses a reply: a grant that arrives after its caller left
@@ -22,6 +23,7 @@ pub(crate) mod names;
 pub(crate) mod notify;
 mod release;
 pub(crate) mod reply;
+pub(crate) mod shutdown;
 mod target;
 pub(crate) mod watchdog;
 

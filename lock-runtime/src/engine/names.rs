@@ -58,6 +58,21 @@ impl KeyNames {
         })
     }
 
+    /// The names of the lock whose Redis key is `lock` (one this service's `in_namespace`
+    /// made under `prefix`).
+    pub(crate) fn of_lock_key(prefix: &str, lock: LockKey) -> KeyNames {
+        let tagged = lock.strip_prefix(prefix).unwrap_or(&lock);
+        let user = tagged
+            .find('{')
+            .and_then(|open| tagged[open + 1..].strip_suffix('}'))
+            .map_or_else(|| lock.to_string(), decode_key);
+        KeyNames {
+            user: user.into(),
+            fence: fence_counter(prefix, slot_of(lock.as_bytes())).into(),
+            lock,
+        }
+    }
+
     /// The user key of the Redis key `<prefix><namespace>{<encoded key>}`; `None` for a key
     /// that is not a lock key of that namespace under `prefix` (another prefix's or
     /// namespace's, an auxiliary key).

@@ -12,9 +12,17 @@ use tokio::sync::mpsc::UnboundedReceiver;
 use super::core::Engine;
 use crate::scripts::{CHANNEL_SUFFIX, TURN_MS};
 
-/// Routes pushes until the service is dropped.
+/// Routes pushes until the service is dropped or shuts down.
 pub(crate) async fn run(inner: Weak<Engine>, mut pushes: UnboundedReceiver<PushInfo>) {
-    while let Some(push) = pushes.recv().await {
+    let Some(closing) = inner.upgrade().map(|inner| inner.closing.clone()) else {
+        return;
+    };
+    loop {
+        let push = tokio::select! {
+            () = closing.cancelled() => return,
+            push = pushes.recv() => push,
+        };
+        let Some(push) = push else { return };
         let Some(inner) = inner.upgrade() else { return };
         match push.kind {
             PushKind::Message | PushKind::SMessage => {

@@ -15,9 +15,12 @@ use crate::scripts::ScriptCall;
 /// keeps Redis busy for a short while only).
 pub(crate) const BATCH: usize = 256;
 
-/// Renews until the service is dropped; idle wake-up subscriptions are dropped on the way, and
+/// Renews until the service is dropped or shuts down; idle wake-up subscriptions are dropped on the way, and
 /// holds whose validity deadline passed unnoticed are reported lost.
 pub(crate) async fn run(inner: Weak<Engine>, period: Duration) {
+    let Some(closing) = inner.upgrade().map(|inner| inner.closing.clone()) else {
+        return;
+    };
     let start = tokio::time::Instant::now();
     let mut renew = tokio::time::interval_at(start + period, period);
     renew.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
@@ -26,6 +29,7 @@ pub(crate) async fn run(inner: Weak<Engine>, period: Duration) {
     sweep.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
     loop {
         tokio::select! {
+            () = closing.cancelled() => return,
             _ = renew.tick() => {
                 let Some(inner) = inner.upgrade() else { return };
                 renew_all(&inner).await;

@@ -55,6 +55,10 @@ pub enum ErrorKind {
     /// example its holder was paused past its lease). Nothing was written; start over with a
     /// new lock and read the data again.
     Stale,
+    /// The lock service is shutting down ([`LockService::shutdown`](crate::LockService::shutdown)):
+    /// it takes no new locks, and a wait that was under way ended. Not retryable on this
+    /// service; the process is going away.
+    ShuttingDown,
 }
 
 impl ErrorKind {
@@ -73,6 +77,7 @@ impl ErrorKind {
             ErrorKind::InvalidArgument => "invalid argument",
             ErrorKind::WouldDeadlock => "would deadlock",
             ErrorKind::Stale => "stale write",
+            ErrorKind::ShuttingDown => "shutting down",
         }
     }
 }
@@ -240,6 +245,12 @@ impl LockError {
     /// `true` when a fenced write was rejected because a newer lock holder has written.
     pub fn is_stale(&self) -> bool {
         self.kind() == ErrorKind::Stale
+    }
+
+    /// `true` when the lock service is shutting down and took no lock (see
+    /// [`ErrorKind::ShuttingDown`]).
+    pub fn is_shutting_down(&self) -> bool {
+        self.kind() == ErrorKind::ShuttingDown
     }
 
     /// `true` for configuration errors.

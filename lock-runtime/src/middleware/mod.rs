@@ -51,6 +51,7 @@
 //! | `Stale` (a [fenced write](crate::fenced) from a holder whose lock has passed on) | 409 Conflict, `Retry-After: 1` | `stale_write` |
 //! | `Lost` | 503 Service Unavailable, `Retry-After: 1` | `lock_lost` |
 //! | `Backend`, `ReplicaSync` | 503 Service Unavailable, `Retry-After: 1` | `lock_unavailable` |
+//! | `ShuttingDown` (the server is on its way out: [`LockService::shutdown`](crate::LockService::shutdown)) | 503 Service Unavailable, `Retry-After: 1` | `lock_shutting_down` |
 //! | anything else (`NotInitialized`, `Config`, `Auth`, `WouldDeadlock`, `InvalidKey`, ...): a mistake to fix, not to retry | 500 Internal Server Error | `lock_error` |
 //!
 //! ```json

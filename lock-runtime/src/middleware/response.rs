@@ -4,8 +4,8 @@ use serde::Serialize;
 
 use crate::error::{ErrorKind, LockError};
 
-/// The HTTP status code for `error`: 409 for a lock timeout and a stale write, 503 for a lost lock and an
-/// unavailable backend, 500 otherwise (see the [module docs](super)).
+/// The HTTP status code for `error`: 409 for a lock timeout and a stale write, 503 for a lost lock, an
+/// unavailable backend and a service shutting down, 500 otherwise (see the [module docs](super)).
 ///
 /// ```
 /// # fn demo(error: &lock_runtime::LockError) {
@@ -58,6 +58,12 @@ impl Mapping {
                 503,
                 "lock_lost",
                 format!("lock `{key}` was lost before the operation finished; try again"),
+            ),
+            // the request reached an instance on its way out: another one can serve it
+            ErrorKind::ShuttingDown => (
+                503,
+                "lock_shutting_down",
+                "this server is shutting down and takes no new locks; try again".to_owned(),
             ),
             // NotInitialized, Config, Auth, Tls and the rest are mistakes to fix, not to retry: 500
             ErrorKind::Backend | ErrorKind::ReplicaSync => (
@@ -151,6 +157,16 @@ mod tests {
             (http_status(&lost), json(&lost)["error"].as_str()),
             (503, Some("lock_lost"))
         );
+    }
+
+    #[test]
+    fn shutting_down_is_503_saying_so() {
+        let e = LockError::new(ErrorKind::ShuttingDown, "the lock service shut down").with_key("k");
+        assert_eq!(http_status(&e), 503);
+        let body = json(&e);
+        assert_eq!(body["error"], "lock_shutting_down");
+        assert!(body["message"].as_str().unwrap().contains("shutting down"));
+        assert!(Mapping::of(&e).retry);
     }
 
     #[test]

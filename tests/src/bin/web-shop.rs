@@ -19,6 +19,10 @@
 //! The stock is the Redis string `web-shop:{<id>}:stock` on the stock server; a purchase with no
 //! stock left answers 409 `{"error":"sold_out"}`, a missing stock 404, a failing stock server 503.
 //! Lock errors answer as the library makes them (409 `lock_timeout`, 503 `lock_unavailable`, ...).
+//!
+//! On SIGTERM or Ctrl-C it stops taking connections, gives the requests under way [`GRACE`] to
+//! finish, shuts the global lock service down (`lock_runtime::shutdown`: its locks are released
+//! on Redis), prints `stopped` (or `error shutdown <why>`) and exits with status 0.
 
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::Duration;
@@ -27,6 +31,9 @@ use lock_runtime::{LockError, distributed_lock};
 use redis::AsyncCommands;
 use redis::aio::MultiplexedConnection;
 use serde_json::{Value, json};
+
+/// How long the requests under way get to finish once the shop is told to stop.
+const GRACE: Duration = Duration::from_millis(100);
 
 /// Units this process sold on the locked route.
 static SOLD: AtomicU64 = AtomicU64::new(0);
@@ -146,7 +153,11 @@ mod on_axum {
         Ok(json(super::purchase(&shop, goods).await?))
     }
 
-    pub(super) async fn serve(listener: std::net::TcpListener, shop: Shop) -> std::io::Result<()> {
+    pub(super) async fn serve(
+        listener: std::net::TcpListener,
+        shop: Shop,
+        stop: impl Future<Output = ()> + Send + 'static,
+    ) -> std::io::Result<()> {
         let app = Router::new()
             .route("/goods/{id}/buy", post(buy))
             .route("/goods/{id}/buy-unlocked", post(buy_unlocked))
@@ -159,7 +170,19 @@ mod on_axum {
         listener.set_nonblocking(true)?;
         let listener = tokio::net::TcpListener::from_std(listener)?;
         super::announce(&listener.local_addr()?);
-        axum::serve(listener, app).await
+        let (stopped, mut stopping) = tokio::sync::watch::channel(false);
+        let server = axum::serve(listener, app).with_graceful_shutdown(async move {
+            stop.await;
+            let _ = stopped.send(true);
+        });
+        let grace_over = async move {
+            let _ = stopping.wait_for(|stopped| *stopped).await;
+            tokio::time::sleep(super::GRACE).await;
+        };
+        tokio::select! {
+            served = std::future::IntoFuture::into_future(server) => served,
+            () = grace_over => Ok(()),
+        }
     }
 }
 
@@ -210,7 +233,11 @@ mod on_actix {
         HttpResponse::Ok().json(super::sales(&shop))
     }
 
-    pub(super) async fn serve(listener: std::net::TcpListener, shop: Shop) -> std::io::Result<()> {
+    pub(super) async fn serve(
+        listener: std::net::TcpListener,
+        shop: Shop,
+        stop: impl Future<Output = ()> + Send + 'static,
+    ) -> std::io::Result<()> {
         let addr = listener.local_addr()?;
         let server = HttpServer::new(move || {
             App::new()
@@ -225,7 +252,18 @@ mod on_actix {
         .listen(listener)?
         .run();
         super::announce(&addr);
-        server.await
+        let handle = server.handle();
+        tokio::select! {
+            served = server => served,
+            () = stop => {
+                // stop taking connections; the requests under way get the grace, then go
+                let stopped = handle.stop(true);
+                if tokio::time::timeout(super::GRACE, stopped).await.is_err() {
+                    handle.stop(false).await;
+                }
+                Ok(())
+            }
+        }
     }
 }
 
@@ -234,6 +272,25 @@ fn announce(addr: &std::net::SocketAddr) {
     use std::io::Write as _;
     println!("listening {addr}");
     let _ = std::io::stdout().flush();
+}
+
+/// Resolves on SIGTERM or Ctrl-C (SIGINT); watches for them from the call on (before the shop
+/// announces itself, so a signal right after the announcement is not missed).
+fn stop_signal() -> impl std::future::Future<Output = ()> {
+    use tokio::signal::unix::{SignalKind, signal};
+    let watch = |kind: SignalKind| {
+        signal(kind).unwrap_or_else(|e| fail(format_args!("watching signal {kind:?}: {e}")))
+    };
+    let (mut terminate, mut interrupt) = (
+        watch(SignalKind::terminate()),
+        watch(SignalKind::interrupt()),
+    );
+    async move {
+        tokio::select! {
+            _ = terminate.recv() => {}
+            _ = interrupt.recv() => {}
+        }
+    }
 }
 
 /// Prints why the shop could not start and exits.
@@ -270,13 +327,21 @@ async fn run(args: Vec<String>) {
     let listener = std::net::TcpListener::bind(format!("127.0.0.1:{port}"))
         .unwrap_or_else(|e| fail(format_args!("bind 127.0.0.1:{port}: {e}")));
     let served = match framework.as_str() {
-        "axum" => on_axum::serve(listener, shop).await,
-        "actix" => on_actix::serve(listener, shop).await,
+        "axum" => on_axum::serve(listener, shop, stop_signal()).await,
+        "actix" => on_actix::serve(listener, shop, stop_signal()).await,
         other => fail(format_args!("unknown framework {other}")),
     };
     if let Err(e) = served {
         fail(format_args!("serve: {e}"));
     }
+    let said = match lock_runtime::shutdown().await {
+        Ok(()) => "stopped".to_owned(),
+        Err(e) => format!("error shutdown {e}"),
+    };
+    // nobody may read any more: a closed stdout is no reason to fail the exit
+    use std::io::Write as _;
+    let mut stdout = std::io::stdout();
+    let _ = writeln!(stdout, "{said}").and_then(|()| stdout.flush());
 }
 
 fn main() {

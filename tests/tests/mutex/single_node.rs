@@ -615,3 +615,105 @@ async fn sixty_four_concurrent_callers_share_script_calls() {
         "{ops} operations of {CALLERS} concurrent callers took {calls} script calls"
     );
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn shutdown_releases_every_hold_refuses_acquires_and_fails_waiters() {
+    let fx = Fixture::single().await;
+    let locks = fx.service(LONG_WATCHDOG).await;
+    let other = fx.service(LONG_WATCHDOG).await;
+    let (key, rw_key, sem) = (unique_key("sd"), unique_key("sd-rw"), unique_key("sd-sem"));
+    let mutex = locks.lock(&key).await.unwrap();
+    let read = locks.read(&key).await.unwrap();
+    let write = locks.write(&rw_key).await.unwrap();
+    let permits = locks.semaphore(&sem, 3);
+    let watched = permits.acquire().await.unwrap();
+    // a killed holder's permit would stay for this lease
+    let leased = permits
+        .acquire()
+        .lease(Duration::from_secs(300))
+        .await
+        .unwrap();
+    let waiter = tokio::spawn({
+        let (locks, key) = (locks.clone(), key.clone());
+        async move { locks.lock(&key).await.map(drop) }
+    });
+    waiters_in_line(&locks, &key, 1).await;
+    for (kind, name) in [
+        (LockKind::Mutex, &key),
+        (LockKind::ReadWrite, &key),
+        (LockKind::ReadWrite, &rw_key),
+        (LockKind::Semaphore, &sem),
+    ] {
+        let info = other.inspect_kind(kind, name).await.unwrap();
+        assert!(!info.holders.is_empty(), "{kind:?} {name} held before");
+    }
+
+    let started = Instant::now();
+    locks.shutdown().await.unwrap();
+    println!("shutdown took {:?}", started.elapsed());
+    assert!(locks.is_shut_down());
+
+    // free on Redis right after, as a second service sees it
+    for (kind, name) in [
+        (LockKind::Mutex, &key),
+        (LockKind::ReadWrite, &key),
+        (LockKind::ReadWrite, &rw_key),
+        (LockKind::Semaphore, &sem),
+    ] {
+        let info = other.inspect_kind(kind, name).await.unwrap();
+        assert!(info.holders.is_empty(), "{kind:?} {name} free: {info:?}");
+    }
+    assert_eq!(other.semaphore(&sem, 3).available().await.unwrap(), 3);
+    let taken = other
+        .try_lock(&key)
+        .await
+        .expect("another service takes it at once");
+
+    // the waiter failed promptly, and new acquires are refused
+    let waited = tokio::time::timeout(Duration::from_secs(1), waiter)
+        .await
+        .expect("the waiter ends promptly")
+        .unwrap();
+    let e = waited.expect_err("the waiter is failed");
+    assert_eq!(e.kind(), ErrorKind::ShuttingDown, "{e}");
+    assert!(e.is_shutting_down());
+    let e = locks.lock(unique_key("sd-new")).await.unwrap_err();
+    assert_eq!(e.kind(), ErrorKind::ShuttingDown, "{e}");
+    let e = permits.acquire().await.unwrap_err();
+    assert_eq!(e.kind(), ErrorKind::ShuttingDown, "{e}");
+    let e = locks.read(unique_key("sd-new")).await.unwrap_err();
+    assert_eq!(e.kind(), ErrorKind::ShuttingDown, "{e}");
+
+    // the guards know, and releasing them touches Redis no more
+    let lost = tokio::time::timeout(Duration::from_secs(1), mutex.lost())
+        .await
+        .expect("lost() resolves at once");
+    assert_eq!(lost.kind(), ErrorKind::Lost);
+    assert!(lost.to_string().contains("shut down"), "{lost}");
+    assert!(write.is_lost());
+    let scripts_before = evalsha_calls(&mut fx.redis());
+    write
+        .release()
+        .await
+        .expect("a hold the shutdown released releases quietly");
+    leased.release().await.unwrap();
+    drop((read, watched));
+    tokio::time::sleep(Duration::from_millis(100)).await;
+    assert_eq!(
+        evalsha_calls(&mut fx.redis()),
+        scripts_before,
+        "no script ran for the guards released by the shutdown"
+    );
+    assert_eq!(
+        other.inspect(&key).await.unwrap().fence,
+        Some(taken.fence()),
+        "the other service's hold is untouched"
+    );
+
+    // a second call returns at once
+    tokio::time::timeout(Duration::from_millis(50), locks.shutdown())
+        .await
+        .expect("a second shutdown returns at once")
+        .unwrap();
+    taken.release().await.unwrap();
+}

@@ -38,13 +38,23 @@ fn free_port() -> u16 {
 
 /// Starts `web-shop <framework>` and waits until it prints that it listens.
 async fn start_shop(framework: &str, config: &str, stock_url: &str, name: &str) -> ShopProcess {
+    start_shop_with(framework, config, stock_url, name, &[]).await
+}
+
+/// [`start_shop`] with the optional arguments of `web-shop` after the instance name.
+async fn start_shop_with(
+    framework: &str,
+    config: &str,
+    stock_url: &str,
+    name: &str,
+    optional: &[&str],
+) -> ShopProcess {
     let deadline = Instant::now() + LISTEN_WITHIN;
     for _ in 0..3 {
         let port = free_port().to_string();
-        let mut process = Worker::spawn_program(
-            env!("CARGO_BIN_EXE_web-shop"),
-            &[framework, &port, config, stock_url, name],
-        );
+        let mut args = vec![framework, &port, config, stock_url, name];
+        args.extend_from_slice(optional);
+        let mut process = Worker::spawn_program(env!("CARGO_BIN_EXE_web-shop"), &args);
         let mut lines = process.take_lines();
         let first = tokio::time::timeout_at(deadline.into(), lines.next_line())
             .await
@@ -220,4 +230,72 @@ async fn three_shop_processes_never_oversell() {
         unlocked_sales > STOCK as usize,
         "the unlocked route oversells across processes: {unlocked_sales} sold"
     );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_shop_stopped_with_sigterm_frees_its_locks_at_once_and_exits() {
+    let redis = shared(Kind::Single).await;
+    let dir = tempfile::tempdir().unwrap();
+    let config = dir.path().join("lock.toml");
+    let topology = lock_runtime::Topology::Single { url: redis.url() };
+    write_config(&config, &topology, Duration::from_secs(30), "");
+    let watcher =
+        lock_runtime::LockService::connect(lock_runtime::LockConfig::from_file(&config).unwrap())
+            .await
+            .unwrap();
+    let config = config.to_str().unwrap();
+    let url = redis.url();
+    let mut con = redis.conn(redis.master_port());
+    for framework in ["axum", "actix"] {
+        // a purchase whose checkout takes 30 s holds the lock `shop:<goods>` (lease 5 s)
+        let shop = start_shop_with(framework, config, &url, framework, &["30000"]).await;
+        let goods = rand::random::<u64>() >> 1;
+        let () = redis::cmd("SET")
+            .arg(stock_key(goods))
+            .arg(STOCK)
+            .query(&mut con)
+            .unwrap();
+        let buy = format!("{}/goods/{goods}/buy", shop.base);
+        let slow = tokio::spawn(async move { reqwest::Client::new().post(buy).send().await });
+        let key = format!("shop:{goods}");
+        let deadline = Instant::now() + Duration::from_secs(10);
+        while !watcher.is_locked(&key).await.unwrap() {
+            assert!(
+                Instant::now() < deadline,
+                "{framework}: the slow purchase never locked {key}"
+            );
+            tokio::time::sleep(Duration::from_millis(10)).await;
+        }
+
+        let ShopProcess {
+            _process: process, ..
+        } = shop;
+        // SAFETY: kill only sends a signal to the shop process this test started.
+        let sent = unsafe { libc::kill(process.pid() as libc::pid_t, libc::SIGTERM) };
+        assert_eq!(sent, 0, "SIGTERM sent");
+        let signalled = Instant::now();
+        let deadline = signalled + Duration::from_secs(1);
+        while watcher.is_locked(&key).await.unwrap() {
+            assert!(
+                Instant::now() < deadline,
+                "{framework}: {key} still locked 1 s after SIGTERM: {:?}",
+                watcher.inspect(&key).await.unwrap()
+            );
+            tokio::time::sleep(Duration::from_millis(10)).await;
+        }
+        println!(
+            "{framework}: {key} free {:?} after SIGTERM",
+            signalled.elapsed()
+        );
+        assert!(
+            process.success(Duration::from_secs(5)).await,
+            "{framework}: the shop exits with status 0 after SIGTERM"
+        );
+        // the cut-short purchase got no answer (or an error), never a sale
+        let answer = slow.await.unwrap();
+        assert!(
+            answer.as_ref().map_or(true, |r| r.status() != 200),
+            "{framework}: {answer:?}"
+        );
+    }
 }
