@@ -24,7 +24,9 @@ use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use common::{Fixture, Monitor, Worker, eventually};
-use lock_runtime::{ErrorKind, LockConfig, LockService, OwnerId, ReadGuard, WriteGuard, owner};
+use lock_runtime::{
+    ErrorKind, LockConfig, LockKind, LockService, OwnerId, ReadGuard, WriteGuard, owner,
+};
 use lock_tests::harness::{Kind, Proxy, Topology, unique_key};
 
 const LONG: Duration = Duration::from_secs(30);
@@ -851,6 +853,74 @@ async fn a_crashed_readers_share_runs_out() {
     assert!(w.fence() > fence);
     w.release().await.unwrap();
     ends_up_free(&fx, &b, &key, Duration::from_secs(5)).await;
+}
+
+/// A writer in another process registers as waiting (no deadline, 30 s watchdog: its service
+/// stays registered for 31 s) while a third service holds the write lock, and is SIGKILLed. In
+/// a live service a reader heads the line and a writer waits behind it. When the holder
+/// releases, the reader is refused only because the dead writer is still registered: the live
+/// writer behind it must try and get the lock at once, not sit behind the reader until the
+/// dead registration runs out.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_dead_waiting_writer_does_not_stall_a_live_writer_behind_a_reader() {
+    let fx = Fixture::single().await;
+    let (b, holder) = (fx.service(LONG).await, fx.service(LONG).await);
+    let key = unique_key("dead-writer");
+    let w = holder.write(&key).await.unwrap();
+    let url = fx.topo().url();
+    let mut dead = Worker::spawn(&[url.as_str(), "hold-write", key.as_str(), "0"]);
+    eventually(
+        "the other process's writer waits",
+        Duration::from_secs(30),
+        || async { zcard(&fx, &writers_key(&key)) == 1 },
+    )
+    .await;
+    let local_waiters = |n: usize| {
+        let (b, key) = (b.clone(), key.clone());
+        async move {
+            b.inspect_kind(LockKind::ReadWrite, &key)
+                .await
+                .unwrap()
+                .local_waiters
+                == n
+        }
+    };
+    let reader = spawn_read(&b, &key);
+    eventually("the reader waits", Duration::from_secs(5), || async {
+        local_waiters(1).await && zcard(&fx, &waiting_key(&key)) == 2
+    })
+    .await;
+    let writer = spawn_write(&b, &key);
+    eventually(
+        "the writer waits behind the reader",
+        Duration::from_secs(5),
+        || local_waiters(2),
+    )
+    .await;
+    dead.kill().await;
+    assert_eq!(
+        zcard(&fx, &writers_key(&key)),
+        1,
+        "the dead writer's registration stays"
+    );
+
+    let released = Instant::now();
+    w.release().await.unwrap();
+    let live = granted(
+        "the live writer behind the reader, while the dead writer is still registered",
+        writer,
+        Duration::from_secs(1),
+    )
+    .await;
+    println!(
+        "the live writer got in {:?} after the release",
+        released.elapsed()
+    );
+    assert!(!reader.is_finished(), "the reader got in beside the writer");
+    live.release().await.unwrap();
+    // the reader waits until the dead registration runs out; it is not what this checks
+    reader.abort();
+    let _ = reader.await;
 }
 
 /// Write grants get strictly increasing fencing tokens: across services, after a release, after

@@ -30,8 +30,11 @@ local function acquire(lock, fence_key, queue, writers, owner, grant_id, lease, 
     local hint = math.max(latest - now_ms(), 1)
     if writer then
       hint = math.max(wexp - now_ms(), 1)
+      return 0, hint, 0
     end
-    return 0, hint, 0
+    -- refused only because writers wait: a writer behind this reader may be granted now (the
+    -- one waiting elsewhere may be gone, its registration not yet run out)
+    return 0, hint, 1
   end
   local exp = now_ms() + lease_ms
   redis.call('hset', lock, field, exp .. ' ' .. owner)
