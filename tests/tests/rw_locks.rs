@@ -11,7 +11,7 @@
 //! `every_topology!` at the end).
 //!
 //! On Redis a read-write lock `k` is the hash `lock:rw:{k}` (see `scripts/rw/state.lua`): one
-//! field `r:<grant id>` -> `<expiry ms> <owner>` per read share, `w:<owner>` for the writer; the
+//! field `r:<grant id>` -> `<expiry ms> <token> <owner>` per read share, `w:<owner>` for the writer; the
 //! services waiting are the zset `lock:rw:{k}:wq`, the services with a writer waiting the zset
 //! `lock:rw:{k}:turn`. A few checks below read those to know when a waiter is registered.
 
@@ -924,7 +924,8 @@ async fn a_dead_waiting_writer_does_not_stall_a_live_writer_behind_a_reader() {
 }
 
 /// Write grants get strictly increasing fencing tokens: across services, after a release, after
-/// a lease ran out without a release, with readers in between; a read inside a write body gets
+/// a lease ran out without a release, with readers in between (each reader's own token lies
+/// between the writes before and after it, never equal to one); a read inside a write body gets
 /// the write's token.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn write_tokens_strictly_increase() {
@@ -952,9 +953,10 @@ async fn write_tokens_strictly_increase() {
             drop(w);
         } else {
             let r = s.read(&key).wait(WAIT).await.unwrap();
+            let read = r.fence();
             assert!(
-                tokens.last().is_none_or(|t| r.fence() <= *t),
-                "a reader's token is never ahead of the writes"
+                tokens.last().is_none_or(|t| read > *t),
+                "a reader's token is its own, newer than every write before it"
             );
             r.release().await.unwrap();
             let (t, inner) = s
@@ -972,6 +974,10 @@ async fn write_tokens_strictly_increase() {
                 .await
                 .unwrap();
             assert_eq!(inner, t, "a downgrade shares the write's token");
+            assert!(
+                t > read,
+                "a write after a read has a newer token than the reader's"
+            );
             tokens.push(t);
         }
     }
