@@ -143,7 +143,8 @@ use proc_macro::TokenStream;
 /// of the same call chain re-enter: a `"read"` fn called from the body of a `"write"` fn on the
 /// same key runs at once (a downgrade); the other way round would be an upgrade, refused with a
 /// `WouldDeadlock` error instead of waiting for itself. Inside the body,
-/// `lock_runtime::current_fence()` is the token of the read or write hold.
+/// `lock_runtime::current_fence()` is the token of the write hold (`None` in a read body: a
+/// read share does not make fenced writes).
 ///
 /// ```no_run
 /// # use lock_runtime::{LockError, distributed_lock};

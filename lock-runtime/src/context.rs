@@ -7,6 +7,7 @@ use std::pin::pin;
 use crate::engine::{Guard, guard};
 use crate::error::{ErrorKind, LockError};
 use crate::owner;
+use crate::vocab::HoldMode;
 
 tokio::task_local! {
     static HELD: Held;
@@ -15,11 +16,14 @@ tokio::task_local! {
 /// The lock a locked body runs under: its key and fencing token.
 ///
 /// Handed to the closure of [`LockRequest::run`](crate::LockRequest::run); inside an annotated
-/// fn's body, [`current_fence`] and [`current_lock_key`] read the same.
+/// fn's body, [`current_fence`] and [`current_lock_key`] read the same. The `Held` of a read
+/// body cannot make fenced writes (see [`fenced`](crate::fenced#read-holds-do-not-write)).
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Held {
     key: String,
     fence: u64,
+    /// A read share: its token orders what it read, it does not write.
+    read: bool,
 }
 
 impl Held {
@@ -27,7 +31,13 @@ impl Held {
         Held {
             key: guard.key().to_owned(),
             fence: guard.fence(),
+            read: guard.mode() == HoldMode::Read,
         }
+    }
+
+    /// The body runs under a read share: fenced writes refuse it.
+    pub(crate) fn is_read(&self) -> bool {
+        self.read
     }
 
     /// The lock key as it was asked for.
@@ -133,15 +143,19 @@ async fn watch<T>(
 ///
 /// Write it next to the data the lock protects, and reject writes that carry an older token.
 ///
-/// In the body of a read or write lock (`kind = "read"` / `"write"`) it is the token of that
-/// read or write hold. In the body of a multi-key lock (`keys = [..]`) it is the token of the
-/// first of its locks in the order they were taken: the order of their Redis keys, the same in
-/// every process and whatever order the keys were listed in (for `["account:<from>",
-/// "account:<to>"]`, the same account for a transfer either way). For the token
-/// of each lock, take them with [`LockService::lock_all`](crate::LockService::lock_all) and read
+/// In the body of a write lock (`kind = "write"`) it is the token of that write hold. In the
+/// body of a read lock (`kind = "read"`) it is `None`, also inside a write body: a read share
+/// does not write (see [`fenced`](crate::fenced#read-holds-do-not-write)). In the body of a
+/// multi-key lock (`keys = [..]`) it is the token of the first of its locks in the order they
+/// were taken: the order of their Redis keys, the same in every process and whatever order the
+/// keys were listed in (for `["account:<from>", "account:<to>"]`, the same account for a
+/// transfer either way). For the token of each lock, take them with
+/// [`LockService::lock_all`](crate::LockService::lock_all) and read
 /// [`MultiGuard::fence`](crate::MultiGuard::fence).
 pub fn current_fence() -> Option<u64> {
-    HELD.try_with(|h| h.fence).ok()
+    HELD.try_with(|h| (!h.read).then_some(h.fence))
+        .ok()
+        .flatten()
 }
 
 /// The key of the lock the current locked body runs under, or `None` outside. In the body of a

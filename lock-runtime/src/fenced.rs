@@ -56,6 +56,24 @@
 //! The writer is anything [`Fenced`]: a [`LockGuard`], the [`Held`] of a locked body, or a raw
 //! `u64` token (for example [`current_fence`] inside an annotated fn).
 //!
+//! # Read holds do not write
+//!
+//! Fenced writes come from exclusive holds: a mutex, a write lock, a permit. A read share is
+//! held beside other readers and does not exclude a writer whose lease ran out unnoticed, so
+//! its token cannot say which of them may write:
+//!
+//! * [`ReadGuard`](crate::ReadGuard) is not [`Fenced`]: passing it to a write does not
+//!   compile.
+//! * In the body of a read lock, [`current_fence`] is `None`, and its [`Held`] is refused
+//!   ([`ErrorKind::InvalidArgument`]); nothing is written.
+//! * A read share's own token ([`ReadGuard::fence`](crate::ReadGuard::fence)) is issued for
+//!   it from the lock's counter: larger than the token of every write granted before it, and
+//!   never the token of a write grant. It orders what the reader saw after the writes before
+//!   it; no writer ever holds it, so a writer whose lease ran out cannot write with a token a
+//!   reader has too (a raw `u64` copy of it written anyway is newer than that writer's, whose
+//!   write is then [`ErrorKind::Stale`]). A read inside a write body of the same owner (a
+//!   downgrade) shares the write's token.
+//!
 //! # In a SQL database
 //!
 //! The same pattern needs no help from this crate: keep a `fence` column next to the data and
@@ -122,8 +140,11 @@ static SET: LazyLock<Script> = LazyLock::new(|| Script::new(include_str!("fenced
 /// A writer that carries a fencing token: the holder of a lock, or the token itself.
 ///
 /// Implemented for [`LockGuard`] (its [`fence`](LockGuard::fence)), [`WriteGuard`], [`Permit`],
-/// for [`Held`] (the lock a locked body runs under) and for `u64` (a raw token, e.g. from
-/// [`current_fence`](crate::current_fence) or read back from a request).
+/// for [`Held`] (the lock a locked body runs under; the body of a read lock gives 0, which
+/// every write refuses) and for `u64` (a raw token, e.g. from
+/// [`current_fence`](crate::current_fence) or read back from a request). Not for
+/// [`ReadGuard`](crate::ReadGuard): a read share does not write (see the
+/// [module docs](self#read-holds-do-not-write)).
 pub trait Fenced {
     /// The fencing token writes carry: larger tokens belong to newer holders of the lock.
     fn fencing_token(&self) -> u64;
@@ -147,9 +168,10 @@ impl Fenced for Permit {
     }
 }
 
+/// The body of a read lock carries no token for writes (0: every write refuses it).
 impl Fenced for Held {
     fn fencing_token(&self) -> u64 {
-        self.fence()
+        if self.is_read() { 0 } else { self.fence() }
     }
 }
 
@@ -428,7 +450,8 @@ fn token_of(key: &str, holder: &impl Fenced) -> Result<u64, LockError> {
     match holder.fencing_token() {
         0 => Err(invalid(
             key,
-            "the fencing token is 0: pass the token of a lock (LockGuard::fence)",
+            "the fencing token is 0: pass the token of an exclusive hold (LockGuard::fence, a \
+             write lock, a permit); a read lock's body does not write",
         )),
         token => Ok(token),
     }

@@ -11,7 +11,7 @@
 //! `topology_tests!` at the end).
 //!
 //! On Redis a read-write lock `k` is the hash `lock:rw:{k}` (see `scripts/rw/state.lua`): one
-//! field `r:<grant id>` -> `<expiry ms> <owner>` per read share, `w:<owner>` for the writer; the
+//! field `r:<grant id>` -> `<expiry ms> <token> <owner>` per read share, `w:<owner>` for the writer; the
 //! services waiting are the zset `lock:rw:{k}:wq`, the services with a writer waiting the zset
 //! `lock:rw:{k}:turn`. A few checks below read those to know when a waiter is registered.
 
@@ -25,7 +25,9 @@ use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use common::{Fixture, Monitor, Worker, eventually};
-use lock_runtime::{ErrorKind, LockConfig, LockService, OwnerId, ReadGuard, WriteGuard, owner};
+use lock_runtime::{
+    ErrorKind, LockConfig, LockKind, LockService, OwnerId, ReadGuard, WriteGuard, owner,
+};
 use lock_tests::harness::{Proxy, Topology, unique_key};
 
 const LONG: Duration = Duration::from_secs(30);
@@ -855,8 +857,77 @@ async fn a_crashed_readers_share_runs_out() {
     ends_up_free(&fx, &b, &key, Duration::from_secs(5)).await;
 }
 
+/// A writer in another process registers as waiting (no deadline, 30 s watchdog: its service
+/// stays registered for 31 s) while a third service holds the write lock, and is SIGKILLed. In
+/// a live service a reader heads the line and a writer waits behind it. When the holder
+/// releases, the reader is refused only because the dead writer is still registered: the live
+/// writer behind it must try and get the lock at once, not sit behind the reader until the
+/// dead registration runs out.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_dead_waiting_writer_does_not_stall_a_live_writer_behind_a_reader() {
+    let fx = Fixture::single().await;
+    let (b, holder) = (fx.service(LONG).await, fx.service(LONG).await);
+    let key = unique_key("dead-writer");
+    let w = holder.write(&key).await.unwrap();
+    let url = fx.topo().url();
+    let mut dead = Worker::spawn(&[url.as_str(), "hold-write", key.as_str(), "0"]);
+    eventually(
+        "the other process's writer waits",
+        Duration::from_secs(30),
+        || async { zcard(&fx, &writers_key(&key)) == 1 },
+    )
+    .await;
+    let local_waiters = |n: usize| {
+        let (b, key) = (b.clone(), key.clone());
+        async move {
+            b.inspect_kind(LockKind::ReadWrite, &key)
+                .await
+                .unwrap()
+                .local_waiters
+                == n
+        }
+    };
+    let reader = spawn_read(&b, &key);
+    eventually("the reader waits", Duration::from_secs(5), || async {
+        local_waiters(1).await && zcard(&fx, &waiting_key(&key)) == 2
+    })
+    .await;
+    let writer = spawn_write(&b, &key);
+    eventually(
+        "the writer waits behind the reader",
+        Duration::from_secs(5),
+        || local_waiters(2),
+    )
+    .await;
+    dead.kill().await;
+    assert_eq!(
+        zcard(&fx, &writers_key(&key)),
+        1,
+        "the dead writer's registration stays"
+    );
+
+    let released = Instant::now();
+    w.release().await.unwrap();
+    let live = granted(
+        "the live writer behind the reader, while the dead writer is still registered",
+        writer,
+        Duration::from_secs(1),
+    )
+    .await;
+    println!(
+        "the live writer got in {:?} after the release",
+        released.elapsed()
+    );
+    assert!(!reader.is_finished(), "the reader got in beside the writer");
+    live.release().await.unwrap();
+    // the reader waits until the dead registration runs out; it is not what this checks
+    reader.abort();
+    let _ = reader.await;
+}
+
 /// Write grants get strictly increasing fencing tokens: across services, after a release, after
-/// a lease ran out without a release, with readers in between; a read inside a write body gets
+/// a lease ran out without a release, with readers in between (each reader's own token lies
+/// between the writes before and after it, never equal to one); a read inside a write body gets
 /// the write's token.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn write_tokens_strictly_increase() {
@@ -884,9 +955,10 @@ async fn write_tokens_strictly_increase() {
             drop(w);
         } else {
             let r = s.read(&key).wait(WAIT).await.unwrap();
+            let read = r.fence();
             assert!(
-                tokens.last().is_none_or(|t| r.fence() <= *t),
-                "a reader's token is never ahead of the writes"
+                tokens.last().is_none_or(|t| read > *t),
+                "a reader's token is its own, newer than every write before it"
             );
             r.release().await.unwrap();
             let (t, inner) = s
@@ -904,6 +976,10 @@ async fn write_tokens_strictly_increase() {
                 .await
                 .unwrap();
             assert_eq!(inner, t, "a downgrade shares the write's token");
+            assert!(
+                t > read,
+                "a write after a read has a newer token than the reader's"
+            );
             tokens.push(t);
         }
     }

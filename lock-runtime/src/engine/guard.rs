@@ -124,6 +124,11 @@ impl Guard {
         self.fence
     }
 
+    /// What the hold holds (a read share, a write hold, ...).
+    pub(crate) fn mode(&self) -> crate::vocab::HoldMode {
+        self.target.kind.mode
+    }
+
     pub(crate) fn owner(&self) -> &OwnerId {
         &self.owner
     }

@@ -109,8 +109,11 @@ impl Local {
 
     /// The head's attempt failed (lock held elsewhere): park it so releases can hand off to it.
     ///
-    /// `room`: the kind said a smaller request might be granted now (a semaphore with permits
-    /// free, but too few for this waiter): the waiter lets the one behind it try, and so on.
+    /// `room`: the kind said another request might be granted now (a semaphore with permits
+    /// free, but too few for this waiter; a read refused only because writers wait, which a
+    /// writer behind it may be granted): the waiter lets the one behind it try, and so on. A
+    /// waiter of a joint kind wakes the first one behind it that is not: those of joint kinds
+    /// right behind it attempt together with it anyway.
     pub(crate) fn park(&self, key: &str, id: u64, room: bool) {
         let mut keys = self.lock();
         let Some(state) = keys.get_mut(key) else {
@@ -123,7 +126,13 @@ impl Local {
         if w.state == WaiterState::Attempting {
             w.state = WaiterState::Parked;
             w.passed = room;
-            if room && let Some(next) = state.waiters.get(i + 1) {
+            let joint = w.kind.joint;
+            let next = state
+                .waiters
+                .iter()
+                .skip(i + 1)
+                .find(|n| !(joint && n.kind.joint));
+            if room && let Some(next) = next {
                 next.wake.notify_one();
             }
         }

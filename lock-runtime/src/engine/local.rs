@@ -596,6 +596,21 @@ mod tests {
         hand_off: true,
     };
 
+    /// A shared kind whose waiters attempt together (readers).
+    static JOINT_KIND: Kind = Kind {
+        id: 1,
+        noun: "read lock",
+        mode: crate::vocab::HoldMode::Read,
+        busy: "held",
+        lua: &[],
+        renew: &NO_SCRIPT,
+        shared: true,
+        joint: true,
+        reentrant: true,
+        leave: None,
+        hand_off: false,
+    };
+
     fn key() -> LockKey {
         "lock:{k}".into()
     }
@@ -656,6 +671,51 @@ mod tests {
             0,
             "b holds with a lease: nothing to renew"
         );
+    }
+
+    /// Readers at the front attempt together; when they are all refused with room (kept out
+    /// only by writers waiting elsewhere), the writer behind them attempts too.
+    #[test]
+    fn readers_refused_with_room_let_the_writer_behind_them_try() {
+        let local = Local::default();
+        let k = key();
+        let mut line = Vec::new();
+        for (kind, owner) in [
+            (&JOINT_KIND, "i:r1"),
+            (&JOINT_KIND, "i:r2"),
+            (&TEST_KIND, "i:w"),
+        ] {
+            line.push(local.enqueue(&k, kind, &owner.into(), &new_grant_id(), 100, false));
+        }
+        let [(r1, _), (r2, r2_wake), (w, w_wake)] = &line[..] else {
+            unreachable!()
+        };
+        assert_eq!(local.turn(&k, *r1), Turn::Attempt);
+        assert_eq!(local.turn(&k, *r2), Turn::Attempt);
+        assert_eq!(local.turn(&k, *w), Turn::Wait);
+        // refused without room: nobody behind is woken
+        local.park(&k, *r1, false);
+        assert_eq!(local.turn(&k, *w), Turn::Wait);
+        assert_eq!(local.turn(&k, *r1), Turn::Attempt);
+        // r1 passes while r2 is still attempting: the writer is woken but must wait for r2
+        local.park(&k, *r1, true);
+        let woken = |n: &Arc<Notify>| {
+            let notified = std::pin::pin!(n.notified());
+            notified.enable()
+        };
+        assert!(
+            woken(w_wake),
+            "the writer is woken, not the reader beside r1"
+        );
+        assert!(!woken(r2_wake));
+        assert_eq!(local.turn(&k, *w), Turn::Wait);
+        local.park(&k, *r2, true);
+        assert!(woken(w_wake));
+        assert_eq!(local.turn(&k, *w), Turn::Attempt);
+        // a head that tries again no longer lets anyone pass until it is refused with room
+        assert_eq!(local.turn(&k, *r1), Turn::Attempt);
+        local.park(&k, *w, false);
+        assert_eq!(local.turn(&k, *w), Turn::Wait);
     }
 
     #[test]

@@ -13,8 +13,9 @@ pub(crate) enum Attempt {
     /// The owner holds it under this attempt's grant id: a confirmed re-entry, or an attempt
     /// that had run before (for a fresh attempt, a grant like [`Attempt::Granted`]).
     Holding(u64),
-    /// Not granted; look again in about this long. `room`: the kind says a smaller request
-    /// might be granted now (a semaphore with some permits free): the next waiter may try.
+    /// Not granted; look again in about this long. `room`: the kind says another request
+    /// might be granted now (a semaphore with some permits free, a read refused only because
+    /// writers wait): the next waiter may try.
     Held { retry: Duration, room: bool },
 }
 

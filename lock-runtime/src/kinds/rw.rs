@@ -62,8 +62,8 @@ pub(crate) static WRITE: Kind = Kind {
 
 /// How `inspect` reads a read-write lock: the hash `<prefix>rw:{<key>}` (a namespace of its
 /// own: `rw:{key}` never names a mutex `{key}`), `w:<owner>` -> the write grant, `:wexp` -> the
-/// write hold's expiry, `r:<grant>` -> `<expiry> <owner>` per read hold, `:fence` -> the write
-/// token.
+/// write hold's expiry, `r:<grant>` -> `<expiry> <token> <owner>` per read hold, `:fence` -> the
+/// write token.
 pub(crate) static LAYOUT: Layout = Layout {
     kind: LockKind::ReadWrite,
     namespace: "rw:",
@@ -89,7 +89,10 @@ fn decode(info: &mut LockInfo, state: &RawState, local: LocalGuards<'_>) {
             holder.hold_count = local(value).unwrap_or(1).max(1);
             info.holders.push(holder);
         } else if let Some(grant) = field.strip_prefix("r:") {
-            let Some((expiry, owner)) = value.split_once(' ') else {
+            let Some((expiry, owner)) = value
+                .split_once(' ')
+                .and_then(|(expiry, rest)| Some((expiry, rest.split_once(' ')?.1)))
+            else {
                 continue;
             };
             let Some(lease_left) = state.left(expiry) else {
@@ -266,6 +269,11 @@ impl<G> fmt::Debug for RwRequest<'_, G> {
 ///
 /// Each reader's hold has its own lease (or the watchdog's): a crashed reader's share runs out
 /// without touching the others. Dropping the guard releases the share in the background.
+///
+/// Its fencing token is its own, issued for it: larger than the token of every write granted
+/// before it, never a write grant's (a read inside a write of the same owner shares the
+/// write's). A read share does not make fenced writes: it is not
+/// [`Fenced`](crate::fenced::Fenced) (see [`fenced`](crate::fenced#read-holds-do-not-write)).
 #[must_use = "dropping the guard releases the read lock at once"]
 pub struct ReadGuard {
     core: Guard,
@@ -311,9 +319,9 @@ mod tests {
     fn a_read_write_lock_keeps_leases_per_hold() {
         let s = raw_state(
             &[
-                ("r:01", "1002000 i1:req-1#1"),
-                ("r:02", "1005000 i2:job#4"),
-                ("r:03", "999000 i3:gone#1"), // ran out, not cleaned up yet
+                ("r:01", "1002000 78 i1:req-1#1"),
+                ("r:02", "1005000 79 i2:job#4"),
+                ("r:03", "999000 70 i3:gone#1"), // ran out, not cleaned up yet
                 ("w:i4:req-9#2", "04"),
                 (":wexp", "1001000"),
                 (":fence", "77"),

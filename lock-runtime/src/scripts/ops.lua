@@ -9,10 +9,11 @@
 --        operations after it are not run and reply -2, 'not run', 0 (all-or-nothing batches)
 --   'r', owner field, grant id, next owner field or '', its grant id, its lease  (release)
 -- Every kind's acquire replies 1, token, 0 (granted) | 2, token, n (the owner holds it under
--- this grant id) | 0, ms, 0 (not now; look again in about ms); its release replies 0, 0, 0 (not
--- held under this grant id) | 1, n, 0 (still held by other grants of the owner) | 2, yielded,
--- 0 (freed; 1: the next turn went to another service) | 3, token, 0 (handed to the next
--- owner).
+-- this grant id) | 0, ms, room (not now; look again in about ms; room > 0: another request
+-- might be granted now, so the waiter behind may try: permits left free, a reader kept out
+-- only by writers waiting); its release replies 0, 0, 0 (not held under this grant id) | 1, n,
+-- 0 (still held by other grants of the owner) | 2, yielded, 0 (freed; 1: the next turn went to
+-- another service) | 3, token, 0 (handed to the next owner).
 -- Reply: three elements per operation, in order: the values its function returned, or -1,
 -- error message, 0 when it failed (a failed operation does not stop the others, and fails
 -- before it writes anything). One flat array: a table per operation would cost Redis more than

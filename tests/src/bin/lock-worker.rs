@@ -11,6 +11,9 @@
 //!     until killed
 //! lock-worker <redis url | config.toml> hold-read <rw lock key> <lease ms, 0 = watchdog> [watchdog ms]
 //!     takes a read hold of the read-write lock, prints "held <fence>", then sleeps until killed
+//! lock-worker <redis url | config.toml> hold-write <rw lock key> <lease ms, 0 = watchdog> [watchdog ms]
+//!     takes a write hold of the read-write lock (waiting as long as it takes), prints
+//!     "held <fence>", then sleeps until killed
 //! lock-worker <redis url | config.toml> hold-as <lock key> <owner id>
 //!     takes the lock as `OwnerId::across_processes(owner id)`, prints "held <fence>", sleeps
 //! lock-worker <config.toml> annotated <key>
@@ -44,7 +47,9 @@ async fn main() {
     let args: Vec<String> = std::env::args().skip(1).collect();
     let url = &args[0];
     let watchdog_ms: u64 = match args[1].as_str() {
-        "hold" | "hold-read" => args.get(4).and_then(|a| a.parse().ok()).unwrap_or(30_000),
+        "hold" | "hold-read" | "hold-write" => {
+            args.get(4).and_then(|a| a.parse().ok()).unwrap_or(30_000)
+        }
         "permit" => args.get(6).and_then(|a| a.parse().ok()).unwrap_or(30_000),
         _ => 30_000,
     };
@@ -74,6 +79,7 @@ async fn main() {
         }
         "hold" => hold(&locks, &args[2], args[3].parse().expect("lease ms")).await,
         "hold-read" => hold_read(&locks, &args[2], args[3].parse().expect("lease ms")).await,
+        "hold-write" => hold_write(&locks, &args[2], args[3].parse().expect("lease ms")).await,
         "history" => history(&locks, &args[2..]).await,
         "permit" => permit(&locks, &args[2..]).await,
         "hold-as" => {
@@ -208,6 +214,17 @@ async fn hold_read(locks: &LockService, key: &str, lease_ms: u64) {
         request = request.lease(Duration::from_millis(lease_ms));
     }
     let guard = request.await.expect("read lock");
+    println!("held {}", guard.fence());
+    std::future::pending::<()>().await;
+    drop(guard);
+}
+
+async fn hold_write(locks: &LockService, key: &str, lease_ms: u64) {
+    let mut request = locks.write(key);
+    if lease_ms > 0 {
+        request = request.lease(Duration::from_millis(lease_ms));
+    }
+    let guard = request.await.expect("write lock");
     println!("held {}", guard.fence());
     std::future::pending::<()>().await;
     drop(guard);

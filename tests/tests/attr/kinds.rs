@@ -522,7 +522,10 @@ async fn read_bodies_nest_in_write_bodies_and_writes_in_reads_are_refused() {
     let key = unique_key("prices");
     let started = Instant::now();
     let read_fence = reprice_and_quote(&key).await.unwrap();
-    assert!(read_fence.is_some(), "the read body ran with a token");
+    assert_eq!(
+        read_fence, None,
+        "the read body ran; a read body has no token for fenced writes"
+    );
     let refused = quote_and_reprice(&key).await;
     assert_eq!(kind_of(refused), Some(ErrorKind::WouldDeadlock));
     assert!(

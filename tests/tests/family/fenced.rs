@@ -345,6 +345,56 @@ async fn a_holder_paused_past_its_lease_cannot_write(fx: Fixture) {
     newer.release().await.unwrap();
 }
 
+/// A writer's lease runs out while it still has its guard; a reader of another service gets the
+/// read lock and tries to write from its body. A read share does not write: its `Held` is
+/// refused, `current_fence()` is `None` in its body, and its own token is newer than the stale
+/// writer's (never equal), so when a raw copy of it is written anyway, the stale writer's late
+/// write is refused. Of the reader's writes and the stale writer's, never both get through.
+async fn a_read_hold_never_writes_beside_a_stale_writer(fx: Fixture) {
+    let (writers, readers) = (
+        fx.service(LONG_WATCHDOG).await,
+        fx.service(LONG_WATCHDOG).await,
+    );
+    let key = unique_key("fenced-read");
+    with_data_conn!(fx, |conn| {
+        let value = RedisValue::new(&conn, data_key("read"));
+        let stale = writers.write(&key).lease(SHORT_LEASE).await.unwrap();
+        // the reader gets in once the writer's lease ran out (its guard is still there)
+        let (from_body, fence_in_body, read_token) = readers
+            .read(&key)
+            .wait(WAIT)
+            .run(|held| {
+                let value = value.clone();
+                async move {
+                    let written = value.set(&held, "from a read body").await;
+                    (written, lock_runtime::current_fence(), held.fence())
+                }
+            })
+            .await
+            .unwrap();
+        let late = value.set(&stale, "stale writer").await;
+        assert!(
+            !(from_body.is_ok() && late.is_ok()),
+            "both the read body's and the stale writer's writes were accepted"
+        );
+        let err = from_body.expect_err("a read body's fenced write is refused");
+        assert_eq!(err.kind(), ErrorKind::InvalidArgument, "{err}");
+        assert_eq!(fence_in_body, None, "current_fence() in a read body");
+        assert!(
+            read_token > stale.fence(),
+            "a read share's token {read_token} is not newer than the stale writer's {}",
+            stale.fence()
+        );
+        // a raw copy of the reader's token, written anyway, makes the stale write stale
+        let raw = readers.read(&key).wait(WAIT).await.unwrap();
+        assert_ne!(raw.fence(), stale.fence());
+        value.set(&raw.fence(), "reader's raw token").await.unwrap();
+        let again = value.set(&stale, "stale writer again").await;
+        assert_eq!(again.unwrap_err().kind(), ErrorKind::Stale);
+        raw.release().await.unwrap();
+    });
+}
+
 async fn raw_hset(raw: &mut Raw, key: &str, field: &str, value: &str) {
     let mut cmd = redis::cmd("HSET");
     cmd.arg(key).arg(field).arg(value);
@@ -397,6 +447,7 @@ fenced_tests!(
     bad_tokens_and_foreign_keys_write_nothing,
     a_hash_writes_all_fields_or_none,
     a_holder_paused_past_its_lease_cannot_write,
+    a_read_hold_never_writes_beside_a_stale_writer,
 );
 
 /// Fencing counters: one per cluster slot (`<prefix>fence:{<n>}`), never expiring, so tokens

@@ -7,14 +7,19 @@ local function acquire(lock, fence_key, queue, writers, owner, grant_id, lease, 
   local writer, _, wexp, _, latest = rw_state(lock)
   local mine = redis.call('hget', lock, field)
   if mine then
+    local old, token = string.match(mine, '^(%d+) (%d+) ')
+    if not token then
+      -- a share written without its token (by an older version): a token of its own now
+      old, token = string.match(mine, '^%d+'), next_token(fence_key)
+    end
     if horizon == '-1' then
       local exp = now_ms() + lease_ms
-      if exp > (tonumber(string.match(mine, '^%d+')) or 0) then
-        redis.call('hset', lock, field, exp .. ' ' .. owner)
+      if exp > (tonumber(old) or 0) then
+        redis.call('hset', lock, field, exp .. ' ' .. token .. ' ' .. owner)
         rw_expire(lock, math.max(exp, latest))
       end
     end
-    return 2, read_token(lock, fence_key), 1
+    return 2, token, 1
   end
   if horizon == '-1' then
     return 0, redis.call('pttl', lock), 0
@@ -30,13 +35,23 @@ local function acquire(lock, fence_key, queue, writers, owner, grant_id, lease, 
     local hint = math.max(latest - now_ms(), 1)
     if writer then
       hint = math.max(wexp - now_ms(), 1)
+      return 0, hint, 0
     end
-    return 0, hint, 0
+    -- refused only because writers wait: a writer behind this reader may be granted now (the
+    -- one waiting elsewhere may be gone, its registration not yet run out)
+    return 0, hint, 1
+  end
+  -- the share's own token, never a write grant's (a downgrade shares its own write's token)
+  local token
+  if own_write then
+    token = redis.call('hget', lock, ':fence')
+  else
+    token = next_token(fence_key)
   end
   local exp = now_ms() + lease_ms
-  redis.call('hset', lock, field, exp .. ' ' .. owner)
+  redis.call('hset', lock, field, exp .. ' ' .. token .. ' ' .. owner)
   rw_expire(lock, math.max(exp, latest))
-  return 1, read_token(lock, fence_key), 0
+  return 1, token, 0
 end
 
 -- release: hash, fence counter, services waiting, writers waiting; owner field; grant id; the

@@ -37,7 +37,7 @@ local function renew(lock, owner, grant_id)
       return 0
     end
     if exact or exp > old then
-      redis.call('hset', lock, field, exp .. ' ' .. owner)
+      redis.call('hset', lock, field, exp .. ' ' .. string.match(v, '^%d+ (.*)$'))
     end
   end
   redis.call('pexpire', lock, math.max(latest_of(lock) - now, 1))

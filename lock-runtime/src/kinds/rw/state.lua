@@ -2,7 +2,9 @@
 --
 -- A read-write lock is a hash: 'w:<owner>' -> the grant id of the write hold (at most one
 -- owner), ':wexp' -> when the write hold expires (server ms), ':fence' -> the token of the
--- current write grant, and one field per read hold 'r:<grant id>' -> '<expiry ms> <owner>'.
+-- current write grant, and one field per read hold 'r:<grant id>' -> '<expiry ms> <token>
+-- <owner>' (a read hold's token is its own, drawn from the counter: never a write grant's,
+-- except a downgrade's, which is its own write's).
 -- Leases are kept as data: each hold expires on its own, and the key's PEXPIRE is the latest of
 -- them, so a crashed reader's share runs out with its lease while other readers stay. Keys:
 -- the hash, its fence counter, the services waiting (readers and writers; a release publishes
@@ -74,10 +76,4 @@ local function rw_released(lock, queue, writer, readers, latest)
   else
     rw_expire(lock, latest)
   end
-end
-
--- The token a reader gets: the current write grant's when its owner holds it (a downgrade),
--- else the last token issued for the key (0 when none).
-local function read_token(lock, fence_key)
-  return redis.call('hget', lock, ':fence') or redis.call('get', fence_key) or '0'
 end
