@@ -25,8 +25,8 @@
 //! prefix = "lock:"          # prepended to every key
 //! watchdog_timeout = "30s"  # lease of locks taken without one; renewed every third of it
 //! default_wait = "3s"       # how long annotated fns wait; "forever" to wait without limit
-//! fence_idle_ttl = "5m"     # a lock's fencing counter expires after this long without a grant
-//!                           #   (the clock takes over); "never" keeps it (one key per lock name)
+//! # fence_idle_ttl = "5m"   # accepted (range-checked) and no longer used: fencing counters
+//!                           #   are one per cluster slot and never expire
 //! ```
 //!
 //! Every key is optional except `mode` and the address fields of the chosen mode. Unknown keys,
@@ -407,16 +407,11 @@ impl LockConfig {
         self
     }
 
-    /// Sets how long a lock's fencing counter lives without a grant (default 5 minutes, from 1
-    /// minute to 3650 days); `None` keeps counters forever.
-    ///
-    /// Tokens are `max(last token + 1, server clock in microseconds)`. The counter only matters
-    /// for grants in the same microsecond and for a server clock that steps back; once it
-    /// expired, the clock alone makes the next token larger than every token issued before, as
-    /// long as the clock of the server granting it (the master, or a promoted replica) never
-    /// reads earlier than it did at the last grant minus this TTL. The TTL bounds what a lock
-    /// leaves on Redis after its last hold: nothing, this long after (`order:<id>` locks for a
-    /// million orders a day leave no keys behind).
+    /// Accepted (from 1 minute to 3650 days, or `None`) and no longer used: it set how long a
+    /// per-lock fencing counter lived without a grant. Fencing counters are now one per
+    /// cluster slot and never expire (tokens keep increasing when the server's clock steps
+    /// back, and nothing is left per lock name: see the crate docs' "Data on Redis"); the
+    /// setting stays so that existing configurations keep loading.
     ///
     /// ```
     /// use lock_runtime::LockConfig;
@@ -519,7 +514,7 @@ impl LockConfig {
     pub fn default_wait(&self) -> DefaultWait {
         self.default_wait
     }
-    /// How long a fencing counter lives without a grant (`None`: forever).
+    /// The `fence_idle_ttl` setting (no longer used; see [`with_fence_idle_ttl`](Self::with_fence_idle_ttl)).
     pub fn fence_idle_ttl(&self) -> Option<Duration> {
         self.fence_idle_ttl
     }
