@@ -93,7 +93,7 @@ enum Command {
         allow_unlock: bool,
         /// Also answer requests naming the console by this host name (a DNS name of the
         /// machine, a reverse proxy's name); without PORT on any port; repeatable. Besides
-        /// these the console answers only to localhost, 127.0.0.1, [::1] and its own address
+        /// these the console answers only to localhost, 127.0.0.1, ::1 and its own address
         #[arg(long = "allow-host", value_name = "NAME[:PORT]", value_parser = console::parse_allowed_host)]
         allow_host: Vec<console::AllowedHost>,
         /// Only keys matching this glob
