@@ -10,6 +10,7 @@
 //! is released right away, and a release always completes its bookkeeping.
 
 mod acquire;
+mod all_at_once;
 mod batch;
 mod batcher;
 mod core;
