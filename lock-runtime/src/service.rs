@@ -51,7 +51,7 @@ impl LockService {
     /// shuts down. (The global service of [`init`](crate::init) runs on a thread of its own.)
     ///
     /// # Errors
-    /// [`ErrorKind::Config`](crate::ErrorKind::Config)(crate::ErrorKind::Config) for an invalid configuration; [`ErrorKind::Backend`](crate::ErrorKind::Backend)(crate::ErrorKind::Backend) when Redis
+    /// [`ErrorKind::Config`](crate::ErrorKind::Config) for an invalid configuration; [`ErrorKind::Backend`](crate::ErrorKind::Backend) when Redis
     /// cannot be reached within `connect_timeout`.
     pub async fn connect(config: LockConfig) -> Result<LockService, LockError> {
         config.validate()?;
@@ -86,7 +86,7 @@ impl LockService {
 
     /// Starts a request for the write (exclusive) hold of the read-write lock `key`: no other
     /// writer and no reader meanwhile; fenced. An owner that holds `key` for reading gets
-    /// [`ErrorKind::WouldDeadlock`](crate::ErrorKind::WouldDeadlock)(crate::ErrorKind::WouldDeadlock) at once (an upgrade would
+    /// [`ErrorKind::WouldDeadlock`](crate::ErrorKind::WouldDeadlock) at once (an upgrade would
     /// wait for itself). See [`WriteGuard`](crate::WriteGuard).
     pub fn write(&self, key: impl Into<String>) -> WriteRequest<'_> {
         WriteRequest::write(&self.inner, key.into())
@@ -116,19 +116,19 @@ impl LockService {
     /// Whether anyone holds `key`.
     ///
     /// # Errors
-    /// [`ErrorKind::InvalidKey`](crate::ErrorKind::InvalidKey)(crate::ErrorKind::InvalidKey) or [`ErrorKind::Backend`](crate::ErrorKind::Backend)(crate::ErrorKind::Backend).
+    /// [`ErrorKind::InvalidKey`](crate::ErrorKind::InvalidKey) or [`ErrorKind::Backend`](crate::ErrorKind::Backend).
     pub async fn is_locked(&self, key: &str) -> Result<bool, LockError> {
         Ok(self.inspect(key).await?.holder.is_some())
     }
 
     /// Removes the lock `key` whoever holds it, and wakes its waiters. Returns whether a lock
     /// was removed. Holders learn it at their next renewal (`LockGuard::lost`); their release
-    /// then fails with [`ErrorKind::NotHeld`](crate::ErrorKind::NotHeld)(crate::ErrorKind::NotHeld).
+    /// then fails with [`ErrorKind::NotHeld`](crate::ErrorKind::NotHeld).
     /// [`force_unlock_kind`](Self::force_unlock_kind) does it for every kind and says what it
     /// removed.
     ///
     /// # Errors
-    /// [`ErrorKind::InvalidKey`](crate::ErrorKind::InvalidKey)(crate::ErrorKind::InvalidKey) or [`ErrorKind::Backend`](crate::ErrorKind::Backend)(crate::ErrorKind::Backend).
+    /// [`ErrorKind::InvalidKey`](crate::ErrorKind::InvalidKey) or [`ErrorKind::Backend`](crate::ErrorKind::Backend).
     pub async fn force_unlock(&self, key: &str) -> Result<bool, LockError> {
         Ok(self
             .force_unlock_kind(LockKind::Mutex, key)
@@ -166,7 +166,7 @@ impl LockService {
     /// [`list`](Self::list) finds them.
     ///
     /// # Errors
-    /// [`ErrorKind::InvalidKey`](crate::ErrorKind::InvalidKey)(crate::ErrorKind::InvalidKey) or [`ErrorKind::Backend`](crate::ErrorKind::Backend)(crate::ErrorKind::Backend).
+    /// [`ErrorKind::InvalidKey`](crate::ErrorKind::InvalidKey) or [`ErrorKind::Backend`](crate::ErrorKind::Backend).
     pub async fn inspect(&self, key: &str) -> Result<LockInfo, LockError> {
         self.inspect_kind(LockKind::Mutex, key).await
     }
@@ -174,7 +174,7 @@ impl LockService {
     /// Whether the current owner (see [`owner`]) holds `key`.
     ///
     /// # Errors
-    /// [`ErrorKind::InvalidKey`](crate::ErrorKind::InvalidKey)(crate::ErrorKind::InvalidKey) or [`ErrorKind::Backend`](crate::ErrorKind::Backend)(crate::ErrorKind::Backend).
+    /// [`ErrorKind::InvalidKey`](crate::ErrorKind::InvalidKey) or [`ErrorKind::Backend`](crate::ErrorKind::Backend).
     pub async fn is_held_by_current(&self, key: &str) -> Result<bool, LockError> {
         let names = self.inner.names(mutex::LAYOUT.namespace, key)?;
         let Some(owner) = owner::enclosing(self.inner.id(), &names.lock) else {

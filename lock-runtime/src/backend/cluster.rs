@@ -92,10 +92,11 @@ impl Cluster {
             .map(|n| redacted(n))
             .collect::<Vec<_>>()
             .join(", ");
-        let connect = tokio::time::timeout(config.connect_timeout(), connect);
+        let deadline = tokio::time::Instant::now() + config.connect_timeout();
+        let connect = tokio::time::timeout_at(deadline, connect);
         match probe::unless_plaintext(nodes, connect).await? {
             Ok(Ok(cluster)) => Ok(cluster),
-            Ok(Err(e)) => match probe::wrong_scheme_after(nodes, &e).await {
+            Ok(Err(e)) => match probe::wrong_scheme_after(nodes, &e, deadline).await {
                 Some(wrong_scheme) => Err(wrong_scheme),
                 None => Err(LockError::backend(
                     &format!("cannot connect to the redis cluster (seeds {seeds})"),

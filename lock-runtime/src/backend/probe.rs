@@ -78,10 +78,12 @@ pub(super) fn wrong_scheme(url: &str, server_tls: bool) -> LockError {
 
 /// After a failed connect to `urls` that says nothing more precise (not refused, no timeout,
 /// no TLS failure, no answer from Redis): the first of them whose port does not speak what its
-/// scheme says, as an error naming it.
+/// scheme says, as an error naming it. The look ends at `deadline` (the end of the connect
+/// timeout): a connect never takes longer for being explained.
 pub(super) async fn wrong_scheme_after<U: AsRef<str>>(
     urls: &[U],
     err: &redis::RedisError,
+    deadline: tokio::time::Instant,
 ) -> Option<LockError> {
     let said_why = err.is_connection_refusal()
         || err.is_timeout()
@@ -91,22 +93,34 @@ pub(super) async fn wrong_scheme_after<U: AsRef<str>>(
     if said_why {
         return None;
     }
-    mismatched_scheme(urls).await
+    tokio::time::timeout_at(deadline, mismatched_scheme(urls))
+        .await
+        .ok()
+        .flatten()
 }
 
 /// The first of `urls` whose port does not speak what its scheme says - a `rediss://` one
-/// answering in plaintext, a `redis://` one answering in TLS - as an error naming it.
+/// answering in plaintext, a `redis://` one answering in TLS - as an error naming it. The
+/// ports are looked at all at once: a look takes at most [`PROBE_TIMEOUT`] however many
+/// seeds there are.
 pub(super) async fn mismatched_scheme<U: AsRef<str>>(urls: &[U]) -> Option<LockError> {
-    for url in urls.iter().map(AsRef::as_ref) {
-        let Some((host, port)) = host_port(url) else {
-            continue;
-        };
-        let tls = crate::config::is_tls_url(url);
-        let mismatched = match tls {
-            true => answers_plaintext(&host, port).await,
-            false => answers_tls(&host, port).await,
-        };
-        if mismatched {
+    let looks: Vec<_> = urls
+        .iter()
+        .map(AsRef::as_ref)
+        .filter_map(|url| {
+            let (host, port) = host_port(url)?;
+            let tls = crate::config::is_tls_url(url);
+            let look = tokio::spawn(async move {
+                match tls {
+                    true => answers_plaintext(&host, port).await,
+                    false => answers_tls(&host, port).await,
+                }
+            });
+            Some((url, tls, look))
+        })
+        .collect();
+    for (url, tls, look) in looks {
+        if look.await.unwrap_or(false) {
             return Some(wrong_scheme(url, !tls));
         }
     }

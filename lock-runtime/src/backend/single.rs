@@ -47,10 +47,11 @@ impl Single {
                 synced,
             })
         };
-        let connect = tokio::time::timeout(config.connect_timeout(), connect);
+        let deadline = tokio::time::Instant::now() + config.connect_timeout();
+        let connect = tokio::time::timeout_at(deadline, connect);
         match probe::unless_plaintext(&[url], connect).await? {
             Ok(Ok(single)) => Ok(single),
-            Ok(Err(e)) => match probe::wrong_scheme_after(&[url], &e).await {
+            Ok(Err(e)) => match probe::wrong_scheme_after(&[url], &e, deadline).await {
                 Some(wrong_scheme) => Err(wrong_scheme),
                 None => Err(LockError::backend(
                     &format!("cannot connect to {}", redacted(url)),
