@@ -164,16 +164,17 @@ pub(crate) struct Layout {
     pub(crate) kind: LockKind,
     /// What the kind puts between the prefix and the `{key}` hash tag on Redis.
     pub(crate) namespace: &'static str,
-    /// Fills `info`'s holders (and fence, permits) from the kind's hash.
+    /// Fills `info`'s holders (and fence, permits) from the kind's key (a hash's fields, a
+    /// string's value).
     pub(crate) decode: fn(&mut LockInfo, &RawState, LocalGuards<'_>),
-    /// A force-unlock also removes the turn marker (a turn given to a waiting service); a
-    /// read-write lock's `:turn` is its waiting writers, who keep their place.
-    pub(crate) clears_turn: bool,
 }
 
 /// The state of a lock as one script reply gives it.
 pub(crate) struct RawState {
+    /// The fields of a hash (empty for a string).
     pub(crate) fields: Vec<(String, String)>,
+    /// The value of a string (a mutex), `None` for a hash or no key.
+    pub(crate) value: Option<String>,
     pub(crate) pttl: i64,
     /// The server clock (ms) when it was read: per-hold expiries are in that clock.
     pub(crate) now_ms: i64,
@@ -232,7 +233,7 @@ pub(crate) async fn list(
 ) -> Result<Vec<LockInfo>, LockError> {
     let prefix = engine.config.prefix();
     let glob = KeyNames::scan_pattern(prefix, pattern.unwrap_or("*"));
-    let keys = engine.backend.scan_hashes(&glob).await?;
+    let keys = engine.backend.scan_keys(&glob).await?;
     let mut locks = Vec::with_capacity(keys.len());
     for redis_key in keys {
         let Some((layout, key)) = parse_redis_key(prefix, layouts, &redis_key) else {
@@ -268,11 +269,13 @@ pub(crate) async fn inspect(
     let names = engine.names(layout.namespace, key)?;
     let mut call = ScriptCall::new(&scripts::INSPECT, 3);
     call.key(&names.lock).key(names.fence()).key(&names.queue());
-    type Reply = (Vec<(String, String)>, i64, i64, i64, i64);
-    let (fields, pttl, last, waiting, now_ms): Reply = engine.backend.run("inspect", &call).await?;
+    type Reply = (Vec<(String, String)>, i64, i64, i64, i64, Option<String>);
+    let (fields, pttl, last, waiting, now_ms, value): Reply =
+        engine.backend.run("inspect", &call).await?;
     let local = &engine.local;
     let state = RawState {
         fields,
+        value,
         pttl,
         now_ms,
     };
@@ -293,25 +296,19 @@ pub(crate) async fn force_unlock(
     key: &str,
 ) -> Result<Option<LockInfo>, LockError> {
     let names = engine.names(layout.namespace, key)?;
-    let turn = names.turn();
-    let mut call = ScriptCall::new(
-        &scripts::FORCE_UNLOCK,
-        if layout.clears_turn { 2 } else { 1 },
-    );
-    call.key(&names.lock);
-    if layout.clears_turn {
-        call.key(&turn);
-    }
-    call.arg(names.channel())
+    let mut call = ScriptCall::new(&scripts::FORCE_UNLOCK, 1);
+    call.key(&names.lock)
+        .arg(names.channel())
         .arg(engine.backend.publish_command());
-    type Reply = (Vec<(String, String)>, i64, i64);
-    let (fields, pttl, now_ms): Reply = engine.backend.run("force_unlock", &call).await?;
-    if fields.is_empty() {
+    type Reply = (Vec<(String, String)>, i64, i64, Option<String>);
+    let (fields, pttl, now_ms, value): Reply = engine.backend.run("force_unlock", &call).await?;
+    if fields.is_empty() && value.is_none() {
         return Ok(None);
     }
     let local = &engine.local;
     let state = RawState {
         fields,
+        value,
         pttl,
         now_ms,
     };
@@ -343,6 +340,7 @@ pub(crate) fn raw_state(fields: &[(&str, &str)], pttl: i64) -> RawState {
             .iter()
             .map(|(f, v)| (f.to_string(), v.to_string()))
             .collect(),
+        value: None,
         pttl,
         now_ms: 1_000_000,
     }

@@ -156,10 +156,10 @@
 //!
 //! # Data on Redis
 //!
-//! A lock `goods:42` with prefix `lock:` lives in the hash `lock:{goods:42}` (owner → the ids of
-//! its grants, plus the current fencing token), with `lock:{goods:42}:wq` (services waiting),
-//! `lock:{goods:42}:turn` (the service whose turn it is after a release) and the channel
-//! `lock:{goods:42}:ch`. The whole key is the hash tag, which keeps them in one cluster slot;
+//! A lock `goods:42` with prefix `lock:` lives in the string `lock:{goods:42}` (state, fencing
+//! token, grant ids and owner in one value; its expiry is the lease), with
+//! `lock:{goods:42}:wq` (services waiting) and the channel `lock:{goods:42}:ch` while services
+//! wait. The whole key is the hash tag, which keeps them in one cluster slot;
 //! `%`, `{`, `}` in a key are written `%25`, `%7B`, `%7D`, so no key can choose its slot or name
 //! another lock's keys. Fencing tokens come from one counter per cluster slot
 //! (`lock:fence:{<n>}`, never expiring): tokens keep increasing per lock when the server's

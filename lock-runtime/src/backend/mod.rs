@@ -240,11 +240,11 @@ impl Backend {
         }
     }
 
-    /// The hash keys matching `pattern` (a `SCAN MATCH` glob), each once: on the server of
+    /// The keys matching `pattern` (a `SCAN MATCH` glob), each once: on the server of
     /// single and master-slave mode, the current master of sentinel mode, and every master of
     /// a cluster (a cluster `SCAN` covers one node). `SCAN`, never `KEYS`, so the servers keep
     /// serving locks while it runs; each step is bounded by `response_timeout`.
-    pub(crate) async fn scan_hashes(&self, pattern: &str) -> Result<Vec<String>, LockError> {
+    pub(crate) async fn scan_keys(&self, pattern: &str) -> Result<Vec<String>, LockError> {
         let mut keys = std::collections::BTreeSet::new();
         match &self.conn {
             Conn::Single(s) => {
@@ -316,9 +316,7 @@ impl Backend {
                 .arg("MATCH")
                 .arg(pattern)
                 .arg("COUNT")
-                .arg(SCAN_COUNT)
-                .arg("TYPE")
-                .arg("hash");
+                .arg(SCAN_COUNT);
             let (next, found) = self.timed(what, send(cmd)).await?;
             keys.extend(found);
             if next == 0 {

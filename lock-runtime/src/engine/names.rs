@@ -87,8 +87,9 @@ impl KeyNames {
 
     /// The `SCAN MATCH` pattern of the lock keys under `prefix` of every kind whose key matches
     /// the glob `pattern`: the prefix with glob characters escaped, any namespace, and the pattern
-    /// inside the hash tag written the way `KeyNames` writes keys. Auxiliary keys (`fence:{n}`,
-    /// `…}:wq`, `…}:turn`) never match: they do not end with `}`.
+    /// inside the hash tag written the way `KeyNames` writes keys. Auxiliary keys (`…}:wq`,
+    /// `…}:turn`) never match: they do not end with `}`; the fence counters (`fence:{n}`) do,
+    /// and [`parse`](Self::parse) tells them apart (no kind's namespace is `fence:`).
     pub(crate) fn scan_pattern(prefix: &str, pattern: &str) -> String {
         let mut glob = String::with_capacity(prefix.len() + pattern.len() + 4);
         for c in prefix.chars() {

@@ -1,8 +1,8 @@
 //! The mutex: one owner at a time, re-entrant along a call chain, handed to the next waiter of
-//! the releasing service on the server. Key layout: the hash `<prefix>{<key>}` (owner field ->
-//! the ids of its grants, `:fence` -> the current token), the fence counter of its slot,
-//! `<lock>:wq` (services waiting), `<lock>:turn` (the service whose turn it is), the channel
-//! `<lock>:ch`. Scripts: `kinds/mutex/`.
+//! the releasing service on the server. Key layout: the string `<prefix>{<key>}` (state,
+//! token, grant ids and owner field in one value, see `mutex/value.lua`; its expiry is the
+//! lease), the fence counter of its slot, and only while services wait `<lock>:wq` (services
+//! waiting) and the channel `<lock>:ch`. Scripts: `kinds/mutex/`.
 
 use std::fmt;
 use std::future::{Future, IntoFuture};
@@ -18,12 +18,15 @@ use crate::engine::{Engine, Guard, Kind};
 use crate::error::LockError;
 use crate::inspect::{Holder, Layout, LocalGuards, LockInfo, RawState};
 use crate::owner::OwnerId;
-use crate::scripts::{self, FENCE_FIELD};
+use crate::scripts;
 use crate::vocab::{HoldMode, LockKind};
 
 /// Renews or extends mutex holds by grant id.
 pub(crate) static RENEW: LazyLock<Script> =
-    LazyLock::new(|| scripts::renew(include_str!("mutex/renew.lua")));
+    LazyLock::new(|| scripts::renew(&[VALUE_LUA, include_str!("mutex/renew.lua")]));
+
+/// How a mutex's value reads and is written, for its operations and its renewal.
+const VALUE_LUA: &str = include_str!("mutex/value.lua");
 
 /// The mutex as the engine sees it.
 pub(crate) static MUTEX: Kind = Kind {
@@ -32,6 +35,7 @@ pub(crate) static MUTEX: Kind = Kind {
     mode: HoldMode::Exclusive,
     busy: "it is held by another owner",
     lua: &[
+        VALUE_LUA,
         include_str!("mutex/acquire.lua"),
         include_str!("mutex/release.lua"),
     ],
@@ -43,14 +47,13 @@ pub(crate) static MUTEX: Kind = Kind {
     hand_off: true,
 };
 
-/// How `inspect` reads a mutex: the hash `<prefix>{<key>}`, owner field -> the ids of its grants
-/// (one per process holding it; re-entries are counted by that process), `:fence` -> the
-/// current token; the lock key's TTL is the lease.
+/// How `inspect` reads a mutex: the string `<prefix>{<key>}` = state, token (16 digits), grant
+/// ids (one per process holding it; re-entries are counted by that process), `|`, owner field;
+/// the lock key's TTL is the lease. A reserved turn (state `T`) has no holder.
 pub(crate) static LAYOUT: Layout = Layout {
     kind: LockKind::Mutex,
     namespace: "",
     decode,
-    clears_turn: true,
 };
 
 /// The mutex in the table of kinds.
@@ -59,20 +62,30 @@ pub(crate) static ENTRY: KindEntry = KindEntry {
     holds: &[&MUTEX],
 };
 
+/// The parts of a mutex's value: state, token, grant ids, owner field (see `mutex/value.lua`);
+/// `None` for anything else.
+fn parts(value: &str) -> Option<(u8, u64, &str, &str)> {
+    let state = *value.as_bytes().first()?;
+    let token = value.get(1..17)?.parse().ok()?;
+    let (ids, owner) = value.get(17..)?.split_once('|')?;
+    Some((state, token, ids, owner))
+}
+
 fn decode(info: &mut LockInfo, state: &RawState, local: LocalGuards<'_>) {
-    for (field, value) in &state.fields {
-        if field == FENCE_FIELD {
-            info.fence = value.parse().ok();
-            continue;
-        }
-        let mut holder = Holder::new(field, HoldMode::Exclusive);
-        holder.hold_count = u32::try_from(value.split_whitespace().count()).unwrap_or(0);
-        if let Some(guards) = local(value) {
-            holder.hold_count += guards.saturating_sub(1);
-        }
-        holder.lease_left = state.pttl();
-        info.holders.push(holder);
+    let Some((kind, token, ids, owner)) = state.value.as_deref().and_then(parts) else {
+        return;
+    };
+    if kind == b'T' || ids.is_empty() {
+        return;
     }
+    info.fence = Some(token);
+    let mut holder = Holder::new(owner, HoldMode::Exclusive);
+    holder.hold_count = u32::try_from(ids.split_whitespace().count()).unwrap_or(0);
+    if let Some(guards) = local(ids) {
+        holder.hold_count += guards.saturating_sub(1);
+    }
+    holder.lease_left = state.pttl();
+    info.holders.push(holder);
 }
 
 /// A request for a lock, built by [`LockService::lock`](crate::LockService::lock); awaiting it acquires the lock.
@@ -223,15 +236,15 @@ mod tests {
     use super::*;
     use crate::inspect::{lock_info, raw_state};
 
+    fn string(value: &str, pttl: i64) -> RawState {
+        let mut s = raw_state(&[], pttl);
+        s.value = Some(value.to_owned());
+        s
+    }
+
     #[test]
     fn a_mutex() {
-        let s = raw_state(
-            &[
-                ("9f1c:req-42#1", "00000000000000aa"),
-                (":fence", "1700000000000001"),
-            ],
-            4_000,
-        );
+        let s = string("W170000000000000100000000000000aa|9f1c:req-42#1", 4_000);
         let info = lock_info(&LAYOUT, "k", "lock:{k}", s, |g| {
             (g == "00000000000000aa").then_some(3)
         });
@@ -245,5 +258,21 @@ mod tests {
 
         let free = lock_info(&LAYOUT, "k", "lock:{k}", raw_state(&[], -2), |_| None);
         assert_eq!((free.holder, free.ttl, free.hold_count), (None, None, 0));
+
+        // a reserved turn has no holder; an owner field may hold '|'; a shared owner
+        let turn = string("T0000000000000000|5f3e", 200);
+        let turn = lock_info(&LAYOUT, "k", "lock:{k}", turn, |_| None);
+        assert_eq!((turn.holder, turn.fence), (None, None));
+        let shared = string(
+            "H0000000000000042000000000000000a 000000000000000b|mesh:a|b",
+            900,
+        );
+        let shared = lock_info(&LAYOUT, "k", "lock:{k}", shared, |_| None);
+        assert_eq!(shared.holder.as_deref(), Some("mesh:a|b"));
+        assert_eq!((shared.hold_count, shared.fence), (2, Some(42)));
+        for junk in ["", "H12", "Hxxxxxxxxxxxxxxxx|o", "H0000000000000001no-bar"] {
+            let info = lock_info(&LAYOUT, "k", "lock:{k}", string(junk, 5), |_| None);
+            assert!(info.holders.is_empty(), "{junk:?}");
+        }
     }
 }

@@ -22,7 +22,7 @@ use crate::scripts::{self, FENCE_FIELD};
 use crate::vocab::{HoldMode, LockKind};
 
 /// Renews or extends read and write holds by grant id.
-static RENEW: LazyLock<Script> = LazyLock::new(|| scripts::renew(include_str!("rw/renew.lua")));
+static RENEW: LazyLock<Script> = LazyLock::new(|| scripts::renew(&[include_str!("rw/renew.lua")]));
 
 /// Takes a service off the writers waiting and wakes the readers kept out for them: run by
 /// the engine when the service's last waiting writer gives up (a writer that no longer waits
@@ -68,7 +68,6 @@ pub(crate) static LAYOUT: Layout = Layout {
     kind: LockKind::ReadWrite,
     namespace: "rw:",
     decode,
-    clears_turn: false,
 };
 
 /// The read-write lock in the table of kinds.

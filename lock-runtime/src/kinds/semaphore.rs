@@ -19,7 +19,7 @@ use crate::scripts::{self, ScriptCall};
 use crate::vocab::{HoldMode, LockKind};
 
 static RENEW: LazyLock<Script> =
-    LazyLock::new(|| scripts::renew(include_str!("semaphore/renew.lua")));
+    LazyLock::new(|| scripts::renew(&[include_str!("semaphore/renew.lua")]));
 static AVAILABLE: LazyLock<Script> =
     LazyLock::new(|| Script::new(include_str!("semaphore/available.lua")));
 
@@ -47,7 +47,6 @@ pub(crate) static LAYOUT: Layout = Layout {
     kind: LockKind::Semaphore,
     namespace: "sem:",
     decode,
-    clears_turn: false,
 };
 
 /// The semaphore in the table of kinds.

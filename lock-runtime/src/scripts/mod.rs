@@ -62,18 +62,16 @@ fn ops_text(kind_lua: &[&str], publish: &str, yield_horizon_ms: u64) -> String {
     text
 }
 
-/// The renew script of the kind whose `renew` function is `kind_lua` (see `renew.lua`): the
-/// shared clock and lease check, the call's head, the kind's function and the loop over the
-/// holds.
-pub(crate) fn renew(kind_lua: &str) -> Script {
-    let text = [
-        include_str!("clock.lua"),
-        include_str!("renew.lua"),
-        kind_lua,
-        include_str!("renew_run.lua"),
-    ]
-    .concat()
-    .replace("$MAX_LEASE", &MAX_LEASE_MS.to_string());
+/// The renew script of the kind whose `renew` function is defined by `kind_lua` (see
+/// `renew.lua`): the shared clock and lease check, the call's head, the kind's Lua and the loop
+/// over the holds.
+pub(crate) fn renew(kind_lua: &[&str]) -> Script {
+    let mut text = [include_str!("clock.lua"), include_str!("renew.lua")].concat();
+    for part in kind_lua {
+        text.push_str(part);
+    }
+    text.push_str(include_str!("renew_run.lua"));
+    let text = text.replace("$MAX_LEASE", &MAX_LEASE_MS.to_string());
     Script::new(&text)
 }
 
@@ -118,14 +116,15 @@ mod tests {
     #[test]
     fn ops_gets_every_setting_as_a_literal() {
         let kind = [
+            include_str!("../kinds/mutex/value.lua"),
             include_str!("../kinds/mutex/acquire.lua"),
             include_str!("../kinds/mutex/release.lua"),
         ];
         let text = ops_text(&kind, "spublish", 31_000);
         assert!(!text.contains('$'), "a setting was left out");
-        assert!(text.contains("redis.call('spublish', channel, target)"));
+        assert!(text.contains("redis.call('spublish', lock .. ':ch', target)"));
         assert!(text.contains("register_waiter(queue, 31000)"));
-        assert!(text.contains("local channel = lock .. ':ch'"));
+        assert!(text.contains("'px', 250)"));
         assert_ne!(
             ops(&kind, "spublish", 31_000).get_hash(),
             ops(&kind, "publish", 31_000).get_hash()

@@ -9,13 +9,11 @@
 --   service stays registered as waiting when its release yields the lock to another service;
 --   $MAX_LEASE, the longest lease in ms a call may ask for.
 --
--- A lock is a hash: one field per owner, holding the ids of the grants it holds (its
--- generations: one per process holding it, each a 16-digit hex id chosen by the client for the
--- attempt, separated by spaces; re-entry inside a process is counted by that process), plus the
--- field ':fence' holding the fencing token of the current grant (decimal text). Owner fields
--- never start with ':'. Because every grant carries the id of the attempt that made it, an
--- operation whose reply was lost can be undone exactly (release that id) and running one twice
--- changes nothing the second time.
+-- Every grant carries the id of the attempt that made it (16 hex digits chosen by the client),
+-- stored with the owner it was granted to (its generations: one per process holding it;
+-- re-entry inside a process is counted by that process), so an operation whose reply was lost
+-- can be undone exactly (release that id) and running one twice changes nothing the second
+-- time. Each kind's file says how it stores its holds.
 --
 -- Fencing tokens: the next token is max(last token + 1, server clock in microseconds), where the
 -- last token is read from the fence counter of the lock's cluster slot: one counter per slot,
@@ -45,15 +43,6 @@ local function next_token(fence_key)
     token = string.format('%.0f', tonumber(last) + 1)
     redis.call('set', fence_key, token)
   end
-  return token
-end
-
--- Grants `lock` (a mutex or write hold) to `owner` under the grant id `grant_id` for lease_ms;
--- returns the fencing token as decimal text.
-local function grant(lock, fence_key, owner, grant_id, lease_ms)
-  local token = next_token(fence_key)
-  redis.call('hset', lock, owner, grant_id, ':fence', token)
-  redis.call('pexpire', lock, lease_ms)
   return token
 end
 

@@ -59,8 +59,11 @@ fn set_user(fx: &Fixture, args: &[String]) {
 fn acl_log(fx: &Fixture) -> Vec<String> {
     let mut refused = Vec::new();
     for port in fx.topo().node_ports() {
+        // all of them: without a count, `ACL LOG` gives the last 10, and the users of this
+        // suite's runs refuse more than that on one server
         let entries: Vec<std::collections::HashMap<String, redis::Value>> = redis::cmd("ACL")
             .arg("LOG")
+            .arg(1000)
             .query(&mut fx.topo().conn(port))
             .unwrap();
         for entry in entries {
@@ -81,7 +84,7 @@ fn acl_log(fx: &Fixture) -> Vec<String> {
 
 fn config(fx: &Fixture, user: &str) -> LockConfig {
     let config = fx
-        .config(Duration::from_millis(300))
+        .config(Duration::from_millis(900))
         .with_credentials(Some(user.to_owned()), Some(PASSWORD.to_owned()))
         .with_connect_timeout(Duration::from_secs(3));
     if fx.topo().spec() == Spec::Single {
@@ -150,8 +153,9 @@ async fn lock_family(a: &LockService, b: &LockService) -> Result<(), Trouble> {
         })?;
         tokio::time::sleep(Duration::from_millis(10)).await;
     }
-    // held past renewals of the 300 ms watchdog, with the other service registered
-    tokio::time::sleep(Duration::from_millis(400)).await;
+    // held past renewals of the 900 ms watchdog (renewed every 300 ms; a loaded machine may
+    // delay one), with the other service registered
+    tokio::time::sleep(Duration::from_millis(1_000)).await;
     let info = a.inspect(&key).await?;
     check(info.holder.is_some(), || format!("not renewed: {info:?}"))?;
     check(info.waiting_services == 1, || {
@@ -264,7 +268,18 @@ async fn run_as(fx: &Fixture, user: &str) -> Outcome {
     let run = async {
         let a = LockService::connect(config(fx, user)).await?;
         let b = LockService::connect(config(fx, user)).await?;
-        lock_family(&a, &b).await
+        lock_family(&a, &b).await?;
+        // the services unsubscribe from channels nobody waits on at their next sweep (every
+        // 300 ms here): keep them for that long, or until something was refused
+        let deadline = Instant::now() + Duration::from_millis(1_500);
+        while acl_log(fx)
+            .iter()
+            .all(|e| !e.ends_with(&format!(" {user}")))
+            && Instant::now() < deadline
+        {
+            tokio::time::sleep(Duration::from_millis(50)).await;
+        }
+        Ok(())
     };
     let trouble = tokio::time::timeout(Duration::from_secs(20), run)
         .await

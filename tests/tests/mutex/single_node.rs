@@ -495,8 +495,8 @@ async fn a_failed_operation_fails_alone_also_in_a_shared_call() {
     let fx = Fixture::single().await;
     let locks = fx.service(LONG_WATCHDOG).await;
     let bad = unique_key("wrong-type");
-    // something else wrote a string where the lock's hash goes
-    let _: () = redis::cmd("SET")
+    // something else wrote a list where the lock goes
+    let _: () = redis::cmd("RPUSH")
         .arg(format!("lock:{{{bad}}}"))
         .arg("not a lock")
         .query(&mut fx.redis())
@@ -504,6 +504,22 @@ async fn a_failed_operation_fails_alone_also_in_a_shared_call() {
     let e = locks.try_lock(&bad).await.unwrap_err();
     assert_eq!(e.kind(), ErrorKind::Backend);
     assert!(e.to_string().contains("WRONGTYPE"), "{e}");
+    // and a string the library did not write is refused as such, and left as it was
+    let junk = unique_key("junk");
+    let junk_key = format!("lock:{{{junk}}}");
+    let _: () = redis::cmd("SET")
+        .arg(&junk_key)
+        .arg("not a lock")
+        .query(&mut fx.redis())
+        .unwrap();
+    let e = locks.try_lock(&junk).await.unwrap_err();
+    assert_eq!(e.kind(), ErrorKind::Backend);
+    assert!(e.to_string().contains("not a lock"), "{e}");
+    let left: String = redis::cmd("GET")
+        .arg(&junk_key)
+        .query(&mut fx.redis())
+        .unwrap();
+    assert_eq!(left, "not a lock");
 
     // 32 callers at once: all but the first two queue and share calls with the bad key's
     let keys: Vec<String> = (0..32)

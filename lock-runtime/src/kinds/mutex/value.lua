@@ -1,0 +1,30 @@
+-- The mutex kind's data: one string `<prefix>{<key>}` per lock, whose expiry is the lease,
+--   state .. token .. grant ids .. '|' .. owner field
+-- - state, one character: 'H' held, and no service was registered as waiting at the grant or
+--   has registered since (its release just deletes the key); 'W' held, and services are
+--   registered as waiting (its release looks for the next turn); 'T' nobody holds it: the next turn is reserved for
+--   the service named in place of the owner field, for the length of a turn (token zero, no
+--   grant ids);
+-- - token, the fencing token of the grant: 16 decimal digits, zero-padded (tokens < 2^53);
+-- - grant ids, 16 hex digits each, separated by spaces: one per process holding it (several
+--   only for an owner that is the same in every process, 'mesh:' fields);
+-- - owner field: any text (the first '|' after the grant ids ends them).
+-- The lock's waiting services `<lock>:wq` and its channel `<lock>:ch` are written only when a
+-- service waits: an uncontended acquire and release write the lock key and the fence counter of
+-- its slot, nothing else (the acquire asks whether `<lock>:wq` exists).
+
+-- The state, token text, grant ids and owner field of a mutex's value; fails (before anything
+-- is written) on a string this library did not write.
+local function parts(v)
+  local bar = string.find(v, '|', 18, true)
+  if not bar or not string.find('HWT', string.sub(v, 1, 1), 1, true) then
+    error('the lock key holds a string that is not a lock: ' .. string.sub(v, 1, 40))
+  end
+  return string.sub(v, 1, 1), string.sub(v, 2, 17), string.sub(v, 18, bar - 1),
+    string.sub(v, bar + 1)
+end
+
+-- A mutex's value: state, token (decimal text without padding), grant ids, owner field.
+local function held(state, token, ids, owner)
+  return state .. string.rep('0', 16 - #token) .. token .. ids .. '|' .. owner
+end
