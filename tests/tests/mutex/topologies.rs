@@ -297,6 +297,14 @@ async fn a_cancelled_acquire_leaves_the_lock_free(fx: Fixture) {
         assert!(waiter.await.unwrap_err().is_cancelled());
         waiters_in_line(service, &key, 0).await;
     }
+    // a service whose last waiter left stops counting as waiting (its `leave` call may still
+    // be on its way when its line is empty)
+    eventually(
+        "no service counts as waiting",
+        Duration::from_secs(5),
+        || async { check.inspect(&key).await.unwrap().waiting_services == 0 },
+    )
+    .await;
     guard.release().await.unwrap();
     let g = check.try_lock(&key).await.unwrap();
     g.release().await.unwrap();

@@ -26,5 +26,8 @@ end
 
 -- A mutex's value: state, token (decimal text without padding), grant ids, owner field.
 local function held(state, token, ids, owner)
-  return state .. string.rep('0', 16 - #token) .. token .. ids .. '|' .. owner
+  if #token < 16 then
+    token = string.rep('0', 16 - #token) .. token
+  end
+  return state .. token .. ids .. '|' .. owner
 end
