@@ -1,5 +1,5 @@
 //! Methods of an `#[async_trait]` impl: the impl's attribute rewrites them first, the lock
-//! goes inside the boxed future.
+//! goes inside the boxed future, which stays `Send`.
 use async_trait::async_trait;
 use lock_runtime::{LockError, distributed_lock};
 
@@ -32,7 +32,13 @@ impl Shop for Store {
 
 fn assert_send<T: Send>(_: T) {}
 
-fn main() {
-    let store = Store { id: 1 };
+#[tokio::test]
+async fn runs_under_the_lock() {
+    super::setup().await;
+    let mut store = Store { id: 1 };
     assert_send(store.buy(7, 1));
+    assert_eq!(store.buy(7, 1).await.unwrap(), 9);
+    assert_eq!(store.buy(7, 0).await.unwrap(), 0, "the early return");
+    store.restock(2).await.unwrap();
+    assert_eq!(store.id, 3);
 }

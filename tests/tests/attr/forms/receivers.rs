@@ -1,3 +1,5 @@
+//! Methods with every receiver (`&self`, `&mut self`, `self`, `self: Arc<Self>`), associated
+//! fns returning `Self`, and an `async fn` of a trait impl; `self.field` in the key.
 use std::sync::Arc;
 
 use lock_runtime::{LockError, distributed_lock};
@@ -59,12 +61,18 @@ impl Inventory for Shop {
     }
 }
 
-fn main() {
+#[tokio::test]
+async fn runs_under_the_lock() {
+    super::setup().await;
     let mut shop = Shop { id: 1, sold: 0 };
-    let _ = shop.sell(1);
-    let _ = shop.restock(1);
-    let _ = shop.sell_mut();
-    let _ = Arc::new(Shop { id: 2, sold: 0 }).shared();
-    let _ = Shop::associated(&shop);
-    let _ = shop.close();
+    assert_eq!(shop.sell(1).await.unwrap(), 0);
+    assert_eq!(shop.restock(1).await.unwrap(), 1);
+    shop.sell_mut().await.unwrap();
+    assert_eq!(shop.sold, 1);
+    let shared = Arc::new(Shop { id: 2, sold: 0 }).shared();
+    assert_eq!(shared.await.unwrap(), 2);
+    let associated = Shop::associated(&shop).await.unwrap();
+    assert_eq!((associated.id, associated.sold), (1, 0));
+    let closed = shop.close().await.unwrap();
+    assert_eq!((closed.id, closed.sold), (1, 1));
 }

@@ -12,6 +12,9 @@ async fn literal_braces(id: u64) -> Result<u64, LockError> {
     Ok(id)
 }
 
-fn main() {
-    let _ = (positional(1), literal_braces(2));
+#[tokio::test]
+async fn runs_under_the_lock() {
+    super::setup().await;
+    assert_eq!(positional(1).await.unwrap(), 1);
+    assert_eq!(literal_braces(2).await.unwrap(), 2);
 }

@@ -1,3 +1,6 @@
+//! Pattern parameters (tuple structs shaped like axum's extractors, tuples, structs, slices,
+//! `mut`, `ref`, `ref mut`, `@` bindings, raw identifiers): every name they bind can be a key
+//! placeholder, fields of it too.
 use lock_runtime::{LockError, distributed_lock};
 
 #[derive(Debug)]
@@ -47,6 +50,8 @@ async fn nested(
     Ok(x + y_renamed + i32::from(a) + i32::from(b) + i32::from(first) + pair.1 as i32)
 }
 
+// `ref` parameters are what this fn shows (clippy would have them written as `&` types)
+#[allow(clippy::toplevel_ref_arg)]
 #[distributed_lock(key = "counter:<count>:<r#type>:<named>")]
 async fn mut_and_ref(
     mut count: u32,
@@ -63,13 +68,17 @@ async fn at_binding(whole @ Path(inner): Path<u8>) -> Result<u8, AppError> {
     Ok(whole.0 + inner)
 }
 
-fn main() {
+#[tokio::test]
+async fn runs_under_the_lock() {
+    super::setup().await;
     let user = CurrentUser {
         id: 1,
         team: Team { name: "a".into() },
     };
-    let _ = pay(Path(1), State(()), user);
-    let _ = nested((1, (2, 3)), (4, 5), Point { x: 1, y: 2 }, [1, 2, 3]);
-    let _ = mut_and_ref(1, "t".into(), "n".into());
-    let _ = at_binding(Path(1));
+    let Json(paid) = pay(Path(1), State(()), user).await.unwrap();
+    assert_eq!(paid, 2);
+    let sum = nested((1, (2, 3)), (4, 5), Point { x: 1, y: 2 }, [1, 2, 3]);
+    assert_eq!(sum.await.unwrap(), 12);
+    assert_eq!(mut_and_ref(1, "t".into(), "n".into()).await.unwrap(), 2);
+    assert_eq!(at_binding(Path(1)).await.unwrap(), 2);
 }

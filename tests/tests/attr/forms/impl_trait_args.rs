@@ -1,3 +1,4 @@
+//! `impl Trait` parameters, one of them in the key, and `Result<impl Trait, E>` returns.
 use std::fmt::Display;
 
 use lock_runtime::{LockError, distributed_lock};
@@ -26,7 +27,9 @@ async fn impl_trait_return(user: u64) -> Result<impl Display, AppError> {
     Ok(user)
 }
 
-fn main() {
-    let _ = impl_trait_args("ann", [1, 2]);
-    let _ = impl_trait_return(1);
+#[tokio::test]
+async fn runs_under_the_lock() {
+    super::setup().await;
+    assert_eq!(impl_trait_args("ann", [1, 2]).await.unwrap(), 3);
+    assert_eq!(impl_trait_return(1).await.unwrap().to_string(), "1");
 }

@@ -1,3 +1,6 @@
+//! The body's control flow is the fn's own: `?` converts through `From`, `return` leaves the
+//! body early (also from a body that is only a `return`), `?` inside closures and async blocks
+//! of the body, and the body may move its arguments.
 use std::num::ParseIntError;
 
 use lock_runtime::{LockError, distributed_lock};
@@ -49,9 +52,22 @@ async fn question_mark_in_closure_and_block(id: &str) -> Result<(), AppError> {
     Ok(())
 }
 
-fn main() {
-    let _ = parse_positive("1".into());
-    let _ = only_returns(1);
-    let _ = question_mark_in_closure_and_block("1");
-    let _ = [AppError::Lock, AppError::Parse, AppError::Negative];
+#[tokio::test]
+async fn runs_under_the_lock() {
+    super::setup().await;
+    assert_eq!(parse_positive("1".into()).await.unwrap(), 1);
+    assert!(matches!(
+        parse_positive("x".into()).await,
+        Err(AppError::Parse)
+    ));
+    assert!(matches!(
+        parse_positive("-1".into()).await,
+        Err(AppError::Negative)
+    ));
+    assert_eq!(only_returns(1).await.unwrap(), 1);
+    question_mark_in_closure_and_block("1").await.unwrap();
+    assert!(matches!(
+        question_mark_in_closure_and_block("x").await,
+        Err(AppError::Parse)
+    ));
 }

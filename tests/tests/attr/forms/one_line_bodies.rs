@@ -6,6 +6,8 @@ use lock_runtime::{LockError, distributed_lock};
 #[distributed_lock(key = "goods:<id>")]
 async fn one_line(id: u64) -> Result<u64, LockError> { Ok(id) }
 
-fn main() {
-    let _ = one_line(1);
+#[tokio::test]
+async fn runs_under_the_lock() {
+    super::setup().await;
+    assert_eq!(one_line(1).await.unwrap(), 1);
 }

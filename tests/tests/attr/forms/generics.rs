@@ -1,3 +1,5 @@
+//! Generic fns: type parameters in the key, `where` clauses, explicit and elided lifetimes,
+//! and a generic error type.
 use std::fmt::Display;
 
 use lock_runtime::{LockError, distributed_lock};
@@ -38,9 +40,11 @@ async fn elided_lifetimes(name: &str, items: &[u8]) -> Result<&'static str, AppE
     Ok("done")
 }
 
-fn main() {
-    let _ = generic_key(1u8);
-    let _ = where_clause("k", 1u32);
-    let _ = generic_error::<AppError>(1);
-    let _ = elided_lifetimes("n", &[1]);
+#[tokio::test]
+async fn runs_under_the_lock() {
+    super::setup().await;
+    assert_eq!(generic_key(1u8).await.unwrap(), 1);
+    assert_eq!(where_clause("k", 1u32).await.unwrap(), "k");
+    assert_eq!(generic_error::<AppError>(1).await.unwrap(), 1);
+    assert_eq!(elided_lifetimes("n", &[1]).await.unwrap(), "done");
 }

@@ -1,3 +1,5 @@
+//! A free fn with every argument set, in any order; docs, visibility and other attributes stay
+//! on the fn; hash tags and `<<` in the key.
 use lock_runtime::{LockError, distributed_lock};
 
 #[derive(Debug)]
@@ -12,7 +14,7 @@ impl From<LockError> for AppError {
 /// Docs and other attributes stay on the fn.
 #[distributed_lock(key = "goods:<id>", lease = "5s", wait = "2s", on_lost = "continue")]
 #[must_use = "the stock is returned"]
-pub async fn decrease_stock(id: u64, qty: u32) -> Result<u32, AppError> {
+pub(crate) async fn decrease_stock(id: u64, qty: u32) -> Result<u32, AppError> {
     Ok(qty)
 }
 
@@ -27,9 +29,10 @@ async fn braces_and_escapes(id: &str) -> std::result::Result<(), AppError> {
     Ok(())
 }
 
-fn main() {
-    // Creating the futures runs nothing: no Redis is needed.
-    let _ = decrease_stock(1, 2);
-    let _ = nightly_report();
-    let _ = braces_and_escapes("x");
+#[tokio::test]
+async fn runs_under_the_lock() {
+    super::setup().await;
+    assert_eq!(decrease_stock(1, 2).await.unwrap(), 2);
+    nightly_report().await.unwrap();
+    braces_and_escapes("x").await.unwrap();
 }

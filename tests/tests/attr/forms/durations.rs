@@ -20,6 +20,10 @@ async fn days(name: &str) -> Result<(), LockError> {
     Ok(())
 }
 
-fn main() {
-    let _ = (nightly("a"), fractions("b"), days("c"));
+#[tokio::test]
+async fn runs_under_the_lock() {
+    super::setup().await;
+    nightly("a").await.unwrap();
+    fractions("b").await.unwrap();
+    days("c").await.unwrap();
 }

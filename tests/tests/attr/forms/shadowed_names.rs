@@ -1,3 +1,6 @@
+//! Names the body or the user chose do not clash with the expansion: a body shadowing the
+//! key's parameter, parameters named like the generated locals, local items named like the
+//! prelude's.
 use lock_runtime::{LockError, distributed_lock};
 
 #[derive(Debug)]
@@ -33,8 +36,10 @@ async fn shadowed_prelude(id: u64) -> Result<u64, AppError> {
     Ok(id)
 }
 
-fn main() {
-    let _ = shadows_the_key_value(1);
-    let _ = generated_looking_names(1, 2);
-    let _ = shadowed_prelude(1);
+#[tokio::test]
+async fn runs_under_the_lock() {
+    super::setup().await;
+    assert_eq!(shadows_the_key_value(1).await.unwrap(), "shadowed 1");
+    assert_eq!(generated_looking_names(1, 2).await.unwrap(), 3);
+    assert_eq!(shadowed_prelude(1).await.unwrap(), 1);
 }

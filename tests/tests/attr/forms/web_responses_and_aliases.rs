@@ -35,6 +35,14 @@ async fn opaque_ok(id: u64) -> Result<impl IntoResponse, LockError> {
     Ok(format!("bought {id}"))
 }
 
-fn main() {
-    let _ = (aliased(1), axum_handler(2), actix_handler(3), opaque_ok(4));
+#[tokio::test]
+async fn runs_under_the_lock() {
+    super::setup().await;
+    assert_eq!(aliased(1).await.unwrap(), 1);
+    assert_eq!(axum_handler(2).await.status(), axum::http::StatusCode::OK);
+    assert_eq!(
+        actix_handler(3).await.status(),
+        actix_web::http::StatusCode::OK
+    );
+    assert!(opaque_ok(4).await.is_ok());
 }

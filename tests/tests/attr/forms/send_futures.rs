@@ -1,3 +1,5 @@
+//! The futures are `Send` when the arguments are, also when the body uses a value that is not
+//! `Send` only between awaits.
 use std::rc::Rc;
 use std::sync::Arc;
 
@@ -35,7 +37,10 @@ async fn non_send_temporary_in_body(id: u64) -> Result<u64, AppError> {
     Ok(doubled)
 }
 
-fn main() {
-    let _ = assert_send(send_args(Arc::new(Handle { id: 1 }), "n".into()));
-    let _ = assert_send(non_send_temporary_in_body(1));
+#[tokio::test]
+async fn runs_under_the_lock() {
+    super::setup().await;
+    let send_args = assert_send(send_args(Arc::new(Handle { id: 1 }), "n".into()));
+    assert_eq!(send_args.await.unwrap(), 2);
+    assert_eq!(assert_send(non_send_temporary_in_body(1)).await.unwrap(), 2);
 }

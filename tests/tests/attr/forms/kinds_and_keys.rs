@@ -1,3 +1,5 @@
+//! `kind = "read" | "write" | "lock"` and `keys = [..]` (trailing comma, constant keys, fields
+//! of a parameter, `self`), on free fns and methods; the futures are `Send`.
 use lock_runtime::{LockError, distributed_lock};
 
 #[derive(Debug)]
@@ -75,8 +77,9 @@ impl Shop {
 
 fn assert_send<T: Send>(_: &T) {}
 
-fn main() {
-    // Creating the futures runs nothing: no Redis is needed. They are `Send`.
+#[tokio::test]
+async fn runs_under_the_lock() {
+    super::setup().await;
     let futures = (
         list_goods(1),
         reprice(1, 1.1),
@@ -86,7 +89,18 @@ fn main() {
         settle(Job { id: 1 }),
     );
     assert_send(&futures);
+    let (list_goods, reprice, rebuild_index, transfer, close, settle) = futures;
+    assert_eq!(list_goods.await.unwrap(), Vec::<u64>::new());
+    reprice.await.unwrap();
+    rebuild_index.await.unwrap();
+    assert_eq!(transfer.await.unwrap(), 3);
+    close.await.unwrap();
+    settle.await.unwrap();
+
     let mut shop = Shop { id: 1 };
     assert_send(&shop.stock(1));
     assert_send(&shop.move_goods(1));
+    assert_eq!(shop.stock(1).await.unwrap(), 2);
+    shop.move_goods(1).await.unwrap();
+    assert_eq!(shop.id, 2);
 }
