@@ -11,6 +11,7 @@
 //! reconnect logic can otherwise make a call wait out a whole retry budget.
 
 mod cluster;
+mod manager;
 mod probe;
 mod sentinel;
 mod single;

@@ -1,10 +1,13 @@
 //! One server (single mode, a static master, or the master a sentinel names): auto-reconnecting
 //! RESP3 connections.
 
-use redis::aio::{ConnectionManager, ConnectionManagerConfig};
+use std::sync::Arc;
+
+use redis::aio::ConnectionManagerConfig;
 use redis::{IntoConnectionInfo, ProtocolVersion, PushInfo};
 use tokio::sync::mpsc::UnboundedSender;
 
+use super::manager::{MakeClient, Manager};
 use super::probe;
 use crate::config::{LockConfig, redacted};
 use crate::error::{ErrorKind, LockError};
@@ -12,9 +15,9 @@ use crate::error::{ErrorKind, LockError};
 /// Connections to one server: commands, the shared subscriber, and (with `sync_replicas`) one
 /// for grants followed by `WAIT`, so a slow `WAIT` does not hold up releases and renewals.
 pub(super) struct Single {
-    pub(super) commands: ConnectionManager,
-    pub(super) subscriber: ConnectionManager,
-    synced: Option<ConnectionManager>,
+    pub(super) commands: Manager,
+    pub(super) subscriber: Manager,
+    synced: Option<Manager>,
 }
 
 impl Single {
@@ -25,20 +28,18 @@ impl Single {
         synced: bool,
     ) -> Result<Single, LockError> {
         let client = client(url, config)?;
+        let make_client: MakeClient = Arc::new(move || Ok(client.clone()));
         let connect = async {
-            let commands =
-                ConnectionManager::new_with_config(client.clone(), manager_config(config)).await?;
-            let subscriber = ConnectionManager::new_with_config(
-                client.clone(),
+            let commands = Manager::connect(make_client.clone(), manager_config(config)).await?;
+            let subscriber = Manager::connect(
+                make_client.clone(),
                 manager_config(config)
                     .set_push_sender(push)
                     .set_automatic_resubscription(),
             )
             .await?;
             let synced = match synced {
-                true => {
-                    Some(ConnectionManager::new_with_config(client, manager_config(config)).await?)
-                }
+                true => Some(Manager::connect(make_client, manager_config(config)).await?),
                 false => None,
             };
             Ok::<_, redis::RedisError>(Single {
@@ -70,7 +71,7 @@ impl Single {
     }
 
     /// The connection for grants that wait for replicas.
-    pub(super) fn synced_connection(&self) -> ConnectionManager {
+    pub(super) fn synced_connection(&self) -> Manager {
         self.synced.as_ref().unwrap_or(&self.commands).clone()
     }
 
@@ -95,7 +96,7 @@ impl Single {
 }
 
 /// The first element of `ROLE`: "master", "slave" or "sentinel".
-pub(super) async fn role(con: &mut ConnectionManager) -> redis::RedisResult<String> {
+pub(super) async fn role(con: &mut Manager) -> redis::RedisResult<String> {
     let reply: redis::Value = redis::cmd("ROLE").query_async(con).await?;
     match reply {
         redis::Value::Array(items) => match items.first() {
