@@ -1022,9 +1022,9 @@ async fn a_release_wakes_a_smaller_request_behind_a_larger_one() {
     let fx = Fixture::single().await;
     let (a, b) = (fx.service(LONG).await, fx.service(LONG).await);
     let name = unique_key("sem-behind");
-    let turn = format!("\"{}:turn\"", sem_hash(&name));
+    let queue = format!("\"{}:wq\"", sem_hash(&name));
     let attempts = common::Monitor::start(fx.node_for(&sem_hash(&name)), move |line: &str| {
-        line.contains("\"EVALSHA\"") && line.contains(&turn) && line.contains(" \"a\" ")
+        line.contains("\"EVALSHA\"") && line.contains(&queue) && line.contains(" \"a\" ")
     })
     .await;
     let sa = a.semaphore(&name, 2);

@@ -132,13 +132,14 @@ impl Engine {
             return Vec::new();
         };
         crate::metrics::batch(kind.mode, ops.len());
-        let mut call = ScriptCall::new(self.ops_script(kind), ops.len() * 4);
+        let keys = if kind.turn_key { 4 } else { 3 };
+        let mut call = ScriptCall::new(self.ops_script(kind), ops.len() * keys);
         for op in ops {
             let names = op.names();
-            call.key(&names.lock)
-                .key(names.fence())
-                .key(&names.queue())
-                .key(&names.turn());
+            call.key(&names.lock).key(names.fence()).key(&names.queue());
+            if kind.turn_key {
+                call.key(&names.turn());
+            }
         }
         call.arg(&self.service_id);
         for op in ops {

@@ -87,6 +87,7 @@ impl Engine {
         self.ops_scripts[kind.id].get_or_init(|| {
             scripts::ops(
                 kind.lua,
+                kind.turn_key,
                 self.backend.publish_command(),
                 Self::waiter_horizon_of(&self.config, None),
             )

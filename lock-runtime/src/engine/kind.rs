@@ -14,7 +14,8 @@ pub(crate) const MAX_KINDS: usize = 8;
 /// The kind's Lua (see `scripts/ops.lua` for the contract) defines two functions,
 /// `acquire(lock, fence, queue, turn, owner, grant_id, lease, horizon, extra)` and
 /// `release(lock, fence, queue, turn, owner, grant_id, next_owner, next_id, next_lease)`,
-/// with the replies `ops.lua` documents; `renew` renews or extends holds by grant id.
+/// with the replies `ops.lua` documents (`turn` is `nil` for a kind without
+/// [`turn_key`](Kind::turn_key)); `renew` renews or extends holds by grant id.
 #[derive(Debug)]
 pub(crate) struct Kind {
     /// Unique among kinds, below [`MAX_KINDS`].
@@ -47,6 +48,9 @@ pub(crate) struct Kind {
     /// The release script can grant the lock to the next waiter of this service in the same
     /// call (its `next_*` arguments).
     pub(crate) hand_off: bool,
+    /// The kind's operations use `<lock>:turn` (a read-write lock's writers waiting): each
+    /// operation declares four keys; otherwise three (every argument costs a call).
+    pub(crate) turn_key: bool,
 }
 
 impl PartialEq for Kind {

@@ -594,6 +594,7 @@ mod tests {
         reentrant: true,
         leave: None,
         hand_off: true,
+        turn_key: false,
     };
 
     /// A shared kind whose waiters attempt together (readers).
@@ -609,6 +610,7 @@ mod tests {
         reentrant: true,
         leave: None,
         hand_off: false,
+        turn_key: false,
     };
 
     fn key() -> LockKey {

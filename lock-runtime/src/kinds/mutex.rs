@@ -45,6 +45,7 @@ pub(crate) static MUTEX: Kind = Kind {
     reentrant: true,
     leave: None,
     hand_off: true,
+    turn_key: false,
 };
 
 /// How `inspect` reads a mutex: the string `<prefix>{<key>}` = state, token (16 digits), grant

@@ -43,6 +43,7 @@ pub(crate) static READ: Kind = Kind {
     reentrant: true,
     leave: None,
     hand_off: false,
+    turn_key: true,
 };
 
 /// The write hold as the engine sees it.
@@ -58,6 +59,7 @@ pub(crate) static WRITE: Kind = Kind {
     reentrant: true,
     leave: Some(&LEAVE),
     hand_off: false,
+    turn_key: true,
 };
 
 /// How `inspect` reads a read-write lock: the hash `<prefix>rw:{<key>}` (a namespace of its

@@ -39,6 +39,7 @@ pub(crate) static SEMAPHORE: Kind = Kind {
     reentrant: false,
     leave: None,
     hand_off: false,
+    turn_key: false,
 };
 
 /// How `inspect` reads a semaphore: the hash `<prefix>sem:{<name>}`, `:n` -> the permit count

@@ -38,11 +38,16 @@ pub(crate) use crate::vocab::MAX_LEASE_MS;
 /// The operations of the kind whose Lua is `kind_lua`, with a service's settings:
 /// `clock.lua`, `prelude.lua`, the kind's functions and `ops.lua`, with every `$` name replaced by its
 /// literal (see `prelude.lua`). Services with the same settings share one script.
-pub(crate) fn ops(kind_lua: &[&str], publish: &str, yield_horizon_ms: u64) -> Script {
-    Script::new(&ops_text(kind_lua, publish, yield_horizon_ms))
+pub(crate) fn ops(
+    kind_lua: &[&str],
+    turn_key: bool,
+    publish: &str,
+    yield_horizon_ms: u64,
+) -> Script {
+    Script::new(&ops_text(kind_lua, turn_key, publish, yield_horizon_ms))
 }
 
-fn ops_text(kind_lua: &[&str], publish: &str, yield_horizon_ms: u64) -> String {
+fn ops_text(kind_lua: &[&str], turn_key: bool, publish: &str, yield_horizon_ms: u64) -> String {
     let mut text = String::from(include_str!("clock.lua"));
     text.push_str(include_str!("prelude.lua"));
     for part in kind_lua {
@@ -55,6 +60,15 @@ fn ops_text(kind_lua: &[&str], publish: &str, yield_horizon_ms: u64) -> String {
         ("$TURN_MS", TURN_MS.to_string()),
         ("$PUBLISH", format!("'{publish}'")),
         ("$YIELD_HORIZON", yield_horizon_ms.to_string()),
+        ("$KEYS", if turn_key { "4" } else { "3" }.to_owned()),
+        (
+            "$TURN_1",
+            if turn_key { "KEYS[4]" } else { "nil" }.to_owned(),
+        ),
+        (
+            "$TURN_K",
+            if turn_key { "KEYS[k + 3]" } else { "nil" }.to_owned(),
+        ),
     ];
     for (name, literal) in literals {
         text = text.replace(name, &literal);
@@ -120,14 +134,16 @@ mod tests {
             include_str!("../kinds/mutex/acquire.lua"),
             include_str!("../kinds/mutex/release.lua"),
         ];
-        let text = ops_text(&kind, "spublish", 31_000);
+        let text = ops_text(&kind, false, "spublish", 31_000);
         assert!(!text.contains('$'), "a setting was left out");
         assert!(text.contains("redis.call('spublish', lock .. ':ch', target)"));
         assert!(text.contains("register_waiter(queue, 31000)"));
         assert!(text.contains("'px', 250)"));
+        assert!(text.contains("for i = 1, #KEYS / 3 do"));
+        assert!(ops_text(&kind, true, "publish", 1).contains("KEYS[k + 2], KEYS[k + 3],"));
         assert_ne!(
-            ops(&kind, "spublish", 31_000).get_hash(),
-            ops(&kind, "publish", 31_000).get_hash()
+            ops(&kind, false, "spublish", 31_000).get_hash(),
+            ops(&kind, false, "publish", 31_000).get_hash()
         );
     }
 }

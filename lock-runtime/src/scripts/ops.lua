@@ -1,8 +1,8 @@
 -- Runs lock operations of one kind in order, each as if it were a script call of its own: the
 -- acquires and releases of one service that fall due while another call is on its way share one
 -- call. The kind's `acquire` and `release` functions come before this (see engine/kind.rs).
--- KEYS: four per operation: the lock hash, its fence counter, its waiting-services zset and its
--- turn marker (all in the lock's hash tag, so in one cluster slot)
+-- KEYS: $KEYS per operation: the lock, its fence counter, its waiting-services zset and, for a
+-- kind that uses it, its turn marker (all in the lock's hash tag, so in one cluster slot)
 -- ARGV[1] service id; then six per operation:
 --   'a', owner field, grant id, lease in ms, waiter horizon in ms, kind's extra  (acquire)
 --   'A': like 'a', but the run stops at this operation when it is not granted (or fails): the
@@ -18,28 +18,28 @@
 -- error message, 0 when it failed (a failed operation does not stop the others, and fails
 -- before it writes anything). One flat array: a table per operation would cost Redis more than
 -- the operation.
-if #KEYS == 4 then
+if #KEYS == $KEYS then
   -- a lone caller's operation, the common case when there is no load: a failure fails the call,
   -- which is its failure alone, so it goes without the loop and pcall
   if ARGV[2] == 'a' or ARGV[2] == 'A' then
-    return {acquire(KEYS[1], KEYS[2], KEYS[3], KEYS[4], ARGV[3], ARGV[4], ARGV[5], ARGV[6],
+    return {acquire(KEYS[1], KEYS[2], KEYS[3], $TURN_1, ARGV[3], ARGV[4], ARGV[5], ARGV[6],
       ARGV[7])}
   end
-  return {release(KEYS[1], KEYS[2], KEYS[3], KEYS[4], ARGV[3], ARGV[4], ARGV[5], ARGV[6],
+  return {release(KEYS[1], KEYS[2], KEYS[3], $TURN_1, ARGV[3], ARGV[4], ARGV[5], ARGV[6],
     ARGV[7])}
 end
 local replies = {}
 local stopped = false
-for i = 1, #KEYS / 4 do
-  local k, a, n = i * 4 - 3, i * 6 - 4, i * 3
+for i = 1, #KEYS / $KEYS do
+  local k, a, n = i * $KEYS - ($KEYS - 1), i * 6 - 4, i * 3
   local ok, code, x, y
   if stopped then
     ok, code, x, y = true, -2, 'not run', 0
   elseif ARGV[a] == 'a' or ARGV[a] == 'A' then
-    ok, code, x, y = pcall(acquire, KEYS[k], KEYS[k + 1], KEYS[k + 2], KEYS[k + 3],
+    ok, code, x, y = pcall(acquire, KEYS[k], KEYS[k + 1], KEYS[k + 2], $TURN_K,
       ARGV[a + 1], ARGV[a + 2], ARGV[a + 3], ARGV[a + 4], ARGV[a + 5])
   else
-    ok, code, x, y = pcall(release, KEYS[k], KEYS[k + 1], KEYS[k + 2], KEYS[k + 3],
+    ok, code, x, y = pcall(release, KEYS[k], KEYS[k + 1], KEYS[k + 2], $TURN_K,
       ARGV[a + 1], ARGV[a + 2], ARGV[a + 3], ARGV[a + 4], ARGV[a + 5])
   end
   if not ok then

@@ -7,7 +7,9 @@
 -- - $TURN_MS, how long a turn given to another service lasts; $PUBLISH, the command that
 --   publishes a wake-up ('publish', or 'spublish' in cluster mode); $YIELD_HORIZON, how long in ms a
 --   service stays registered as waiting when its release yields the lock to another service;
---   $MAX_LEASE, the longest lease in ms a call may ask for.
+--   $MAX_LEASE, the longest lease in ms a call may ask for; in ops.lua, $KEYS, the keys per
+--   operation (3, or 4 for a kind that uses the turn marker), and $TURN_1 / $TURN_K, that key
+--   (or nil).
 --
 -- Every grant carries the id of the attempt that made it (16 hex digits chosen by the client),
 -- stored with the owner it was granted to (its generations: one per process holding it;

@@ -553,11 +553,11 @@ impl Drop for Monitor {
 }
 
 /// A `MONITOR` filter: the lock operations (`ops.lua`) that acquire the lock `key` - an
-/// `EVALSHA` naming the lock's turn marker with an `"a"` (acquire) operation.
+/// `EVALSHA` naming the lock's waiting set with an `"a"` (acquire) operation.
 pub fn acquires_of(key: &str) -> impl Fn(&str) -> bool + Send + 'static {
-    let turn = format!("\"{}:turn\"", lock_key(key));
+    let queue = format!("\"{}:wq\"", lock_key(key));
     move |line: &str| {
-        line.contains("\"EVALSHA\"") && line.contains(&turn) && line.contains(" \"a\" ")
+        line.contains("\"EVALSHA\"") && line.contains(&queue) && line.contains(" \"a\" ")
     }
 }
 

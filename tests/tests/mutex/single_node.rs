@@ -534,9 +534,14 @@ async fn a_failed_operation_fails_alone_also_in_a_shared_call() {
         let names: Vec<String> = keys
             .iter()
             .chain([&bad])
-            .map(|k| format!("\"lock:{{{k}}}:turn\""))
+            .map(|k| format!("\"lock:{{{k}}}:wq\""))
             .collect();
-        move |line: &str| names.iter().any(|n| line.contains(n))
+        // (an ops call: an acquire or release; not the commands its Lua runs, nor a `leave`)
+        move |line: &str| {
+            line.contains("\"EVALSHA\"")
+                && (line.contains(" \"a\" ") || line.contains(" \"r\" "))
+                && names.iter().any(|n| line.contains(n))
+        }
     })
     .await;
     let mut calls = tokio::task::JoinSet::new();
@@ -563,7 +568,7 @@ async fn a_failed_operation_fails_alone_also_in_a_shared_call() {
     }
     ops_calls.sync().await;
     let lines = ops_calls.lines();
-    let bad_acquire = format!("\"lock:{{{bad}}}:turn\"");
+    let bad_acquire = format!("\"lock:{{{bad}}}:wq\"");
     let shared = lines
         .iter()
         .filter(|l| l.contains(&bad_acquire) && l.contains(" \"a\" "))
@@ -574,7 +579,7 @@ async fn a_failed_operation_fails_alone_also_in_a_shared_call() {
                 .trim_matches('"')
                 .parse::<usize>()
                 .unwrap()
-                / 4
+                / 3
         })
         .collect::<Vec<_>>();
     assert!(
