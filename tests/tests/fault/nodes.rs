@@ -13,7 +13,7 @@
 //!
 //! | scenario | topology | faults |
 //! |---|---|---|
-//! | `single_proxy_latency_and_dropped_replies` | single | a fault proxy between one worker and Redis: reply and request latency spikes shorter than the lease, dropped replies |
+//! | `single_proxy_latency_and_dropped_replies` | single | a fault proxy between one worker and Redis: reply and request latency spikes shorter than the lease, a partition of 1.2 s (bytes delivered late, past the response timeout) and one of 0.6 s ending with the connections reset, dropped replies |
 //! | `stall_single_server_debug_sleep_and_sigstop` | single | `DEBUG SLEEP 0.5` three times, `SIGSTOP`/`SIGCONT` of `redis-server` for 0.7 s twice (leases 2 s) |
 //! | `stop_a_holder_longer_than_its_lease` (rw: `stop_a_writer_...`, semaphore: `stop_a_permit_holder_...`) | single | `SIGSTOP` of a holding worker (a writer) for 1.5 s, three times its lease, right after it checked its lock |
 //! | `failover_kill_sentinel_master` | sentinel | `SIGKILL` of the master during the load (watchdog leases) |
@@ -739,8 +739,10 @@ fn response_timeout(d: Duration) -> String {
 }
 
 /// Single server; worker `w0` reaches Redis through a fault proxy, `w1` and `w2` directly.
-/// Latency spikes (replies, then requests) shorter than the 1 s lease, then replies dropped
-/// with a reset connection: the lost grant is given back, the lost release repeated.
+/// Latency spikes (replies, then requests) shorter than the 1 s lease, two partitions of `w0`
+/// (bytes held back 1.2 s, past the 1 s response timeout; 0.6 s ending with the connections
+/// reset), then replies dropped with a reset connection: the lost grant is given back, the
+/// lost release repeated.
 async fn single_proxy_latency_and_dropped_replies(family: Family) {
     let fx = Fixture::own(Spec::Single).await;
     let proxy = Proxy::start(Topology::addr_of(fx.topo().master_port())).await;
@@ -793,6 +795,28 @@ async fn single_proxy_latency_and_dropped_replies(family: Family) {
         load.fault(label, begin, end, Some("w0"));
         // the next fault waits until w0 recovered from this one, so that each recovery time
         // is its own
+        load.granted_to("w0", end, Duration::from_secs(10)).await;
+        load.run_for(Duration::from_millis(200)).await;
+    }
+    // Partitions as TCP has them: one shorter than TCP's retransmission timeout holds the bytes
+    // back and delivers them when it heals (longer than the response timeout: w0's calls fail
+    // meanwhile and Redis runs them late); one that outlasts the connections ends with them
+    // reset, and what was in flight lost. (Bytes lost inside a connection that stays open - the
+    // proxy's blackhole without a reset - are no fault TCP can have: a client matches replies
+    // to calls in order, and would wait for replies that never come for good.)
+    for (label, lasting, reset) in [
+        ("w0 partitioned 1.2 s, bytes delivered late", 1200, false),
+        ("w0 partitioned 0.6 s, connections reset", 600, true),
+    ] {
+        let begin = monotonic_ns();
+        proxy.pause();
+        tokio::time::sleep(Duration::from_millis(lasting)).await;
+        if reset {
+            proxy.reset_all().await;
+        }
+        proxy.resume();
+        let end = monotonic_ns();
+        load.fault(label, begin, end, Some("w0"));
         load.granted_to("w0", end, Duration::from_secs(10)).await;
         load.run_for(Duration::from_millis(200)).await;
     }
