@@ -29,8 +29,10 @@
 //! passed over again and again (after a failover, for the mutex; a read-write lock's and a
 //! semaphore's workers must each be granted again). The stopped holder's scenario must show its overlaps (for the
 //! semaphore: three permits held with two), all with the stopped holder and all told `lost()`,
-//! and the resource rejecting its late write whole. The `history_*` tests are in nextest's
-//! `destructive` group (they keep four processes busy for seconds).
+//! and the resource rejecting its late write whole. `history_rw_sees_...` and
+//! `history_semaphore_sees_holders_that_do_not_exclude_each_other` show that the checks fail
+//! when they should: one worker on a lock of its own, no fault. The `history_*` tests are in
+//! nextest's `destructive` group (they keep four processes busy for seconds).
 //!
 //! Figures are printed (`cargo nextest run -p lock-tests --test fault -E 'test(/^nodes::/)'
 //! --no-capture`), never asserted as timings.
@@ -1258,4 +1260,63 @@ async fn history_rw_restart_static_master_after_a_kill() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn history_semaphore_restart_static_master_after_a_kill() {
     restart_static_master_after_a_kill(Family::SEMAPHORE).await;
+}
+
+/// The checks can fail: three workers on one resource, `w0` on a lock of its own (another key),
+/// no fault. For a read-write lock, `w0`'s writes overlap the others' holds and a reader sees
+/// a write of `w0`'s in progress; for a semaphore of two, `w0`'s permit of another semaphore
+/// makes three held at once. The load runs until the checker has seen that (bounded), and the
+/// assertion of the fault scenarios must fail on it.
+async fn see_holders_that_do_not_exclude_each_other(family: Family) {
+    let fx = Fixture::single().await;
+    let dir = tempfile::tempdir().unwrap();
+    let conf = config(
+        dir.path(),
+        "single",
+        &fx.topology(),
+        LONG_WATCHDOG,
+        &response_timeout(Duration::from_secs(1)),
+    );
+    let key = unique_key("hist-broken");
+    let mut workers = trio(&conf, &key, 1000);
+    workers[0].key = unique_key("hist-broken-other");
+    let resource = Resource::new().await;
+    let load = Load::start(&resource, family, workers).await;
+    let what = match family {
+        Family::Semaphore { .. } => "more permits held at once than the semaphore has",
+        _ => "a reader saw a torn write",
+    };
+    load.until(what, Duration::from_secs(20), |s| match family {
+        Family::Semaphore { .. } => (!s.history.over_permits().is_empty()).then_some(()),
+        _ => (!s.history.torn_reads().is_empty()).then_some(()),
+    })
+    .await;
+    let outcome = load.finish("single, w0 on another key").await;
+    print_table(&[&outcome]);
+    outcome.assert_fenced();
+    match family {
+        Family::Semaphore { .. } => assert!(!outcome.excess.is_empty()),
+        _ => {
+            assert!(!outcome.overlaps.is_empty());
+            assert!(!outcome.torn_reads.is_empty());
+        }
+    }
+    println!("  the scenarios' assertion on it (expected to fail):");
+    let verdict = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
+        outcome.assert_leases_kept(1);
+    }));
+    assert!(
+        verdict.is_err(),
+        "the scenarios' assertion fails on a history of holders that do not exclude each other"
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn history_rw_sees_holders_that_do_not_exclude_each_other() {
+    see_holders_that_do_not_exclude_each_other(Family::RW).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn history_semaphore_sees_holders_that_do_not_exclude_each_other() {
+    see_holders_that_do_not_exclude_each_other(Family::SEMAPHORE).await;
 }
