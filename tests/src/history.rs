@@ -22,6 +22,43 @@
 //! key they took: two workers that protect one resource with different lock keys are exactly
 //! the mistake this must catch, so the lock keys are recorded but do not partition the check.
 //!
+//! # The family: what may overlap
+//!
+//! A section records what it held ([`Hold`]): the lock alone (a mutex, or the write hold of a
+//! read-write lock), a read share, or permits of a semaphore. What may be open at the same time
+//! follows from that, and each rule is a method of [`History`]:
+//!
+//! * **[`conflicts`](History::conflicts)**: two sections open at once of which at least one held
+//!   the lock alone (a mutex holder or a writer with anyone), or one a read share and the other
+//!   permits (two kinds on one resource). Read shares overlap read shares, permits permits. For a
+//!   mutex every overlap is a conflict.
+//! * **[`over_permits`](History::over_permits)**: moments at which the sections open together
+//!   held more permits than the semaphore has. Permits count by the same bookkeeping as a mutex
+//!   section, with no margin either way: from `lock()` returning to right before `release()` or
+//!   to the moment the holder noticed the loss. No margin is needed on the safe side: a holder
+//!   that keeps to its validity deadline (`lost()` fires at it, before Redis expires the grant)
+//!   has ended its section before anyone can be granted the permit it held; none is allowed on
+//!   the other, so a holder that acts past its lease (stopped) is counted, and flagged by
+//!   `lost` as in a mutex overlap. When the sections disagree about the semaphore's size (a
+//!   deploy that changes it: each grant fits the caller's count), the largest of the open
+//!   sections' counts is the limit, which no run of grants can exceed.
+//! * **[`torn_reads`](History::torn_reads)**: read shares that saw a write in progress. A writer
+//!   of a read-write lock writes in two parts (see below); a reader reads both parts at the start
+//!   of its hold and again at its end, and a reader that saw the parts differ, or saw them change
+//!   between its two looks, was not excluded from a writer.
+//! * **[`half_writes`](History::half_writes)**: writers whose first part the resource accepted
+//!   and whose second it refused: a newer writer wrote in between.
+//! * **[`shared_tokens`](History::shared_tokens)** and
+//!   **[`fence_inversions`](History::fence_inversions)**: every grant of every kind (read shares
+//!   and permits included) has a token of its own, larger than that of every grant it excludes
+//!   that ended before it started (two read shares, or two permits, granted close together may
+//!   start their sections in the other order than Redis granted them).
+//! * **[`unexplained_rejections`](History::unexplained_rejections)**: writes the resource refused
+//!   although no grant with a larger token had written before. Permit holders of a semaphore
+//!   with more than one permit hold at the same time, and a write of an older permit after a
+//!   newer one's is refused - that is what its token is for, and it is explained; a refusal no
+//!   newer grant explains means the tokens themselves went wrong (lost with a server, say).
+//!
 //! # One clock
 //!
 //! `start` and `end` are `CLOCK_MONOTONIC` in nanoseconds ([`monotonic_ns`]), read by every
@@ -49,9 +86,17 @@
 //!   broken script (or a resource that lost its state) shows up rather than passes silently.
 //! * **stale writes rejected**: writes the script refused. These are the interesting figure: a
 //!   holder that woke up from a pause longer than its lease and wrote with its old token, after
-//!   a newer holder had written. With leases kept, every write carries a greater token than
-//!   the one before it (tokens increase with every grant, and no two holders overlap), so any
-//!   rejection there means tokens were issued out of order.
+//!   a newer holder had written. With leases kept, every write of a mutex or a writer carries a
+//!   greater token than the one before it (tokens increase with every grant, and no two
+//!   holders overlap), so any rejection there means tokens were issued out of order. Permit
+//!   holders of a semaphore of n > 1 overlap by design, so their writes are refused whenever a
+//!   newer permit wrote first (see [`History::unexplained_rejections`]).
+//!
+//! A writer of a read-write lock writes in two parts, to show a reader that was not excluded:
+//! [`FENCED_WRITE`] (the `fence` field, and the log), then [`FENCED_WRITE_END`], which sets the
+//! field `done` to the token only when `fence` still holds it (the same hold; a newer writer's
+//! write is never half overwritten). Readers read both fields with one `HMGET` (at one
+//! moment); between writes they are equal. Read shares make no write.
 //!
 //! The resource lives on a `redis-server` of its own that the injected faults never touch (the
 //! tests use the test binary's shared single server), not on the lock topology. A resource is
@@ -110,6 +155,18 @@ if newer then return 1 end
 return 0
 ";
 
+/// The second part of a writer's write (see the module docs): `KEYS[1]` the resource hash,
+/// `ARGV[1]` the token. Sets `done` to the token and returns 1 when `fence` is that token (the
+/// first part of this hold's write is the last one accepted), else returns 0 and writes
+/// nothing.
+pub const FENCED_WRITE_END: &str = r"
+if redis.call('HGET', KEYS[1], 'fence') == ARGV[1] then
+  redis.call('HSET', KEYS[1], 'done', ARGV[1])
+  return 1
+end
+return 0
+";
+
 /// The key of the log list of the resource `resource` (`res:{id}` → `res:{id}:log`).
 pub fn resource_log_key(resource: &str) -> String {
     format!("{resource}:log")
@@ -126,16 +183,23 @@ pub enum Write {
     Skipped,
     /// The write failed (the resource did not answer).
     Failed,
+    /// A writer of a read-write lock whose first part was accepted and whose second part was
+    /// refused: a newer writer wrote in between (see the module docs).
+    Half,
+    /// None: a read share reads, it does not write.
+    Reader,
 }
 
 impl Write {
-    /// The letter the worker prints: `1`, `0`, `-`, `e`.
+    /// The letter the worker prints: `1`, `0`, `-`, `e`, `h`, `r`.
     pub fn as_str(self) -> &'static str {
         match self {
             Write::Accepted => "1",
             Write::Rejected => "0",
             Write::Skipped => "-",
             Write::Failed => "e",
+            Write::Half => "h",
+            Write::Reader => "r",
         }
     }
 
@@ -145,8 +209,134 @@ impl Write {
             "0" => Write::Rejected,
             "-" => Write::Skipped,
             "e" => Write::Failed,
+            "h" => Write::Half,
+            "r" => Write::Reader,
             _ => return None,
         })
+    }
+
+    /// The resource accepted the write (its first part, for a writer of a read-write lock):
+    /// it is in the resource's log as accepted.
+    pub fn accepted(self) -> bool {
+        matches!(self, Write::Accepted | Write::Half)
+    }
+}
+
+/// What a section held.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Hold {
+    /// The lock alone: a mutex, or the write hold of a read-write lock.
+    Exclusive,
+    /// A read share of a read-write lock.
+    Read,
+    /// `count` permits of a semaphore of `of` permits (the count this worker passes).
+    Permits {
+        /// Permits this grant holds.
+        count: u32,
+        /// The semaphore's size, as this worker knows it.
+        of: u32,
+    },
+}
+
+impl Hold {
+    /// What the worker prints: `x`, `r`, `p<count>/<of>`.
+    pub fn as_string(self) -> String {
+        match self {
+            Hold::Exclusive => "x".to_owned(),
+            Hold::Read => "r".to_owned(),
+            Hold::Permits { count, of } => format!("p{count}/{of}"),
+        }
+    }
+
+    fn parse(s: &str) -> Option<Hold> {
+        Some(match s {
+            "x" => Hold::Exclusive,
+            "r" => Hold::Read,
+            _ => {
+                let (count, of) = s.strip_prefix('p')?.split_once('/')?;
+                Hold::Permits {
+                    count: count.parse().ok()?,
+                    of: of.parse().ok()?,
+                }
+            }
+        })
+    }
+
+    /// Whether two holds of these kinds may be open at the same time on one resource (permits
+    /// only within the semaphore's size, see [`History::over_permits`]).
+    pub fn may_share(self, other: Hold) -> bool {
+        matches!(
+            (self, other),
+            (Hold::Read, Hold::Read) | (Hold::Permits { .. }, Hold::Permits { .. })
+        )
+    }
+}
+
+/// The two fields of the resource as a reader read them at one moment: `fence` (set by a
+/// writer's first part) and `done` (its second); 0 for a field not written yet.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Snapshot {
+    /// The `fence` field.
+    pub fence: u64,
+    /// The `done` field.
+    pub done: u64,
+}
+
+impl Snapshot {
+    /// A write was in progress (or left half done): the two parts differ.
+    pub fn torn(self) -> bool {
+        self.fence != self.done
+    }
+
+    fn parse(s: &str) -> Option<Snapshot> {
+        let (fence, done) = s.split_once(':')?;
+        Some(Snapshot {
+            fence: fence.parse().ok()?,
+            done: done.parse().ok()?,
+        })
+    }
+}
+
+impl std::fmt::Display for Snapshot {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "{}:{}", self.fence, self.done)
+    }
+}
+
+/// What a read share saw: the resource at the start of its hold and at its end (`None` when
+/// it did not look again: the hold was lost first).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Seen {
+    /// Right after `lock()` returned.
+    pub first: Snapshot,
+    /// Right before the section ended.
+    pub last: Option<Snapshot>,
+}
+
+impl Seen {
+    /// What the worker prints: `<fence>:<done>` or `<fence>:<done>/<fence>:<done>`.
+    pub fn as_string(&self) -> String {
+        match self.last {
+            Some(last) => format!("{}/{last}", self.first),
+            None => self.first.to_string(),
+        }
+    }
+
+    fn parse(s: &str) -> Option<Seen> {
+        let (first, last) = match s.split_once('/') {
+            Some((first, last)) => (first, Some(Snapshot::parse(last)?)),
+            None => (s, None),
+        };
+        Some(Seen {
+            first: Snapshot::parse(first)?,
+            last,
+        })
+    }
+
+    /// The reader was not excluded from a writer: it saw a write in progress, or one made
+    /// during its hold.
+    pub fn torn(&self) -> bool {
+        self.first.torn() || self.last.is_some_and(|l| l.torn() || l != self.first)
     }
 }
 
@@ -170,6 +360,11 @@ pub struct Section {
     /// `guard.is_lost()` at the end of the section: the library had told the holder (by then)
     /// that the lock was lost.
     pub lost: bool,
+    /// What it held.
+    pub hold: Hold,
+    /// What a read share saw of the resource (`None` for the other holds, and for a read share
+    /// that read nothing).
+    pub seen: Option<Seen>,
 }
 
 /// A line a history worker prints, parsed.
@@ -177,7 +372,8 @@ pub struct Section {
 pub enum Event {
     /// `ready`: connected, about to take the first lock.
     Ready,
-    /// `cs <owner> <fence> <start_ns> <end_ns> <write 1|0|-|e> <lost 0|1>`.
+    /// `cs <owner> <fence> <start_ns> <end_ns> <write 1|0|-|e|h|r> <lost 0|1> [<hold x|r|pN/M>
+    /// [<seen>|-]]` (a line without a hold is a mutex's: `x`).
     Section(Section),
     /// `err <op> <kind> <ns> [message]`: `op` is `lock`, `release` or `write`; `kind` an
     /// `ErrorKind` (`Backend`, `Timeout`, ...) or `Redis` for the resource; when the worker saw
@@ -226,6 +422,17 @@ pub fn parse_line(worker: &str, key: &str, line: &str) -> Option<Event> {
                 "0" => false,
                 _ => return None,
             };
+            let hold = match words.next() {
+                Some(h) => Hold::parse(h)?,
+                None => Hold::Exclusive,
+            };
+            let seen = match words.next() {
+                None | Some("-") => None,
+                Some(s) => Some(Seen::parse(s)?),
+            };
+            if words.next().is_some() {
+                return None;
+            }
             Some(Event::Section(Section {
                 worker: worker.to_owned(),
                 key: key.to_owned(),
@@ -235,6 +442,8 @@ pub fn parse_line(worker: &str, key: &str, line: &str) -> Option<Event> {
                 end,
                 write,
                 lost,
+                hold,
+                seen,
             }))
         }
         _ => None,
@@ -319,8 +528,150 @@ impl History {
         found
     }
 
-    /// Pairs of sections where one ended before the other started but has the greater or equal
-    /// token: tokens that did not increase with the order of the grants.
+    /// The overlapping pairs that may not overlap: one of them held the lock alone, or the two
+    /// held different kinds of shared holds ([`Hold::may_share`]). For a mutex, every overlap.
+    pub fn conflicts(&self) -> Vec<Overlap> {
+        self.overlaps()
+            .into_iter()
+            .filter(|o| {
+                !self.sections[o.first]
+                    .hold
+                    .may_share(self.sections[o.second].hold)
+            })
+            .collect()
+    }
+
+    /// Every stretch of time in which the permit sections open together held more permits than
+    /// the largest semaphore size among them (see the module docs). Sections are open from
+    /// `start` up to, not including, `end`, as for [`overlaps`](Self::overlaps).
+    pub fn over_permits(&self) -> Vec<Excess> {
+        // (time, 0 = close | 1 = open, section): at one instant closes come first
+        let mut events: Vec<(u64, u8, usize)> = Vec::new();
+        for (i, s) in self.sections.iter().enumerate() {
+            // a section that ended as it started was never open
+            if let (Hold::Permits { .. }, true) = (s.hold, s.start < s.end) {
+                events.push((s.start, 1, i));
+                events.push((s.end, 0, i));
+            }
+        }
+        events.sort_unstable();
+        let mut open: Vec<usize> = Vec::new();
+        let mut found = Vec::new();
+        let mut current: Option<Excess> = None;
+        for (at, kind, i) in events {
+            if kind == 1 {
+                open.push(i);
+            } else {
+                open.retain(|&o| o != i);
+            }
+            let (mut held, mut limit) = (0, 0);
+            for &o in &open {
+                if let Hold::Permits { count, of } = self.sections[o].hold {
+                    held += count;
+                    limit = limit.max(of);
+                }
+            }
+            match (&mut current, held > limit) {
+                (None, true) => {
+                    current = Some(Excess {
+                        from: at,
+                        to: at,
+                        held,
+                        limit,
+                        sections: open.clone(),
+                    });
+                }
+                (Some(excess), true) => {
+                    excess.held = excess.held.max(held);
+                    excess.limit = excess.limit.max(limit);
+                    if kind == 1 {
+                        excess.sections.push(i);
+                    }
+                }
+                (Some(_), false) => {
+                    let mut excess = current.take().expect("an excess is open");
+                    excess.to = at;
+                    excess.sections.sort_unstable();
+                    found.push(excess);
+                }
+                (None, false) => {}
+            }
+        }
+        found
+    }
+
+    /// The most holds open at one moment, permits counted by their number: how much sharing a
+    /// run exercised (read shares together, permits held together; 1 for a mutex).
+    pub fn peak(&self) -> u32 {
+        let mut events: Vec<(u64, i64)> = Vec::new();
+        for s in &self.sections {
+            let weight = match s.hold {
+                Hold::Permits { count, .. } => i64::from(count),
+                Hold::Exclusive | Hold::Read => 1,
+            };
+            events.push((s.start, weight));
+            events.push((s.end, -weight));
+        }
+        // at one instant closes (negative) come first
+        events.sort_unstable();
+        let (mut now, mut most) = (0i64, 0i64);
+        for (_, delta) in events {
+            now += delta;
+            most = most.max(now);
+        }
+        u32::try_from(most).unwrap_or(u32::MAX)
+    }
+
+    /// Read shares that saw a write in progress or one made during their hold
+    /// ([`Seen::torn`]): indexes into [`sections`](Self::sections).
+    pub fn torn_reads(&self) -> Vec<usize> {
+        (0..self.sections.len())
+            .filter(|&i| self.sections[i].seen.is_some_and(|seen| seen.torn()))
+            .collect()
+    }
+
+    /// Writers whose write the resource took only half of ([`Write::Half`]).
+    pub fn half_writes(&self) -> Vec<usize> {
+        (0..self.sections.len())
+            .filter(|&i| self.sections[i].write == Write::Half)
+            .collect()
+    }
+
+    /// Pairs of sections with the same token. Every grant has a token of its own (workers
+    /// never re-enter a hold, and a read share's token is issued for it).
+    pub fn shared_tokens(&self) -> usize {
+        let mut by_token: BTreeMap<u64, usize> = BTreeMap::new();
+        for s in &self.sections {
+            *by_token.entry(s.fence).or_default() += 1;
+        }
+        by_token.values().map(|&n| n * (n - 1) / 2).sum()
+    }
+
+    /// Sections whose write the resource refused (wholly or its second part) although no
+    /// section with a greater token that started before this one ended had a write accepted:
+    /// nothing newer the lock granted explains the refusal.
+    pub fn unexplained_rejections(&self) -> Vec<usize> {
+        (0..self.sections.len())
+            .filter(|&i| {
+                let s = &self.sections[i];
+                matches!(s.write, Write::Rejected | Write::Half)
+                    && !self.sections.iter().any(|newer| {
+                        newer.fence > s.fence && newer.write.accepted() && newer.start < s.end
+                    })
+            })
+            .collect()
+    }
+
+    /// Pairs of sections that exclude each other (not both read shares, not both permits)
+    /// where one ended before the other started but has the greater or equal token: tokens that
+    /// did not increase with the order of the grants.
+    ///
+    /// Holds that exclude each other are granted in the order of their sections: the later one
+    /// could not be granted on Redis until the earlier was released there, after its section
+    /// ended. Two read shares (or two permits) are not: a share granted first, whose reply was
+    /// held up on its way, starts its section after a share granted later has ended its own;
+    /// their tokens are in the order of the grants, not of the sections. Every grant's own
+    /// token is checked by [`shared_tokens`](Self::shared_tokens) for those.
     pub fn fence_inversions(&self) -> usize {
         let mut order: Vec<&Section> = self.sections.iter().collect();
         order.sort_by_key(|s| s.start);
@@ -328,7 +679,11 @@ impl History {
         for (n, later) in order.iter().enumerate() {
             inversions += order[..n]
                 .iter()
-                .filter(|earlier| earlier.end < later.start && earlier.fence >= later.fence)
+                .filter(|earlier| {
+                    earlier.end < later.start
+                        && earlier.fence >= later.fence
+                        && !earlier.hold.may_share(later.hold)
+                })
                 .count();
         }
         inversions
@@ -396,6 +751,22 @@ impl History {
             .filter(|s| s.write == Write::Rejected)
             .count()
     }
+}
+
+/// A stretch of time in which permit holders held more permits than the semaphore has
+/// ([`History::over_permits`]).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Excess {
+    /// When it began (ns, [`monotonic_ns`]).
+    pub from: u64,
+    /// When it ended.
+    pub to: u64,
+    /// The most permits held during it.
+    pub held: u32,
+    /// The semaphore's size (the largest among the open sections').
+    pub limit: u32,
+    /// Every section open during it, indexes into [`History::sections`].
+    pub sections: Vec<usize>,
 }
 
 /// Grants to others between two consecutive grants of one worker ([`History::longest_bypass`]).
@@ -479,8 +850,16 @@ pub struct Row {
     pub faults: String,
     /// Sections recorded.
     pub grants: usize,
-    /// Pairs of overlapping sections.
+    /// [`History::peak`].
+    pub peak: u32,
+    /// Pairs of sections that overlapped and may not ([`History::conflicts`]).
     pub overlaps: usize,
+    /// Stretches with more permits held than the semaphore has ([`History::over_permits`]);
+    /// `None` for a lock without permits.
+    pub over_permits: Option<usize>,
+    /// Read shares that saw a torn write ([`History::torn_reads`]) and writes left half done
+    /// ([`History::half_writes`]); `None` for a lock without read shares.
+    pub torn: Option<usize>,
     /// See [`ResourceCheck::stale_accepted`].
     pub stale_accepted: usize,
     /// See [`ResourceCheck::stale_rejected`].
@@ -493,7 +872,7 @@ pub struct Row {
 }
 
 impl Row {
-    fn cells(&self) -> [String; 8] {
+    fn cells(&self) -> [String; COLUMNS] {
         let errors = if self.errors.is_empty() {
             "-".to_owned()
         } else {
@@ -509,11 +888,15 @@ impl Row {
             Some((Some(d), 1)) => format_duration(d),
             Some((Some(d), n)) => format!("max {} ({n} faults)", format_duration(d)),
         };
+        let maybe = |n: Option<usize>| n.map_or("-".to_owned(), |n| n.to_string());
         [
             self.scenario.clone(),
             self.faults.clone(),
             self.grants.to_string(),
+            self.peak.to_string(),
             self.overlaps.to_string(),
+            maybe(self.over_permits),
+            maybe(self.torn),
             self.stale_accepted.to_string(),
             self.stale_rejected.to_string(),
             errors,
@@ -530,19 +913,25 @@ fn format_duration(d: Duration) -> String {
     }
 }
 
+/// The columns of [`table`].
+const COLUMNS: usize = 11;
+
 /// The rows as a Markdown table.
 pub fn table(rows: &[Row]) -> String {
-    const HEAD: [&str; 8] = [
+    const HEAD: [&str; COLUMNS] = [
         "scenario",
         "faults injected",
         "grants",
+        "most at once",
         "overlaps",
+        "over n permits",
+        "torn reads",
         "stale writes accepted",
         "stale writes rejected",
         "errors by kind",
         "recovery time",
     ];
-    let cells: Vec<[String; 8]> = rows.iter().map(Row::cells).collect();
+    let cells: Vec<[String; COLUMNS]> = rows.iter().map(Row::cells).collect();
     let mut widths = HEAD.map(str::len);
     for row in &cells {
         for (w, c) in widths.iter_mut().zip(row) {
@@ -586,7 +975,36 @@ mod tests {
             end,
             write: Write::Accepted,
             lost: false,
+            hold: Hold::Exclusive,
+            seen: None,
         }
+    }
+
+    fn read(worker: &str, fence: u64, start: u64, end: u64) -> Section {
+        Section {
+            hold: Hold::Read,
+            write: Write::Reader,
+            ..section(worker, fence, start, end)
+        }
+    }
+
+    fn permit(worker: &str, fence: u64, start: u64, end: u64, count: u32, of: u32) -> Section {
+        Section {
+            hold: Hold::Permits { count, of },
+            ..section(worker, fence, start, end)
+        }
+    }
+
+    fn snap(fence: u64, done: u64) -> Snapshot {
+        Snapshot { fence, done }
+    }
+
+    fn history(sections: Vec<Section>) -> History {
+        let mut h = History::new();
+        for s in sections {
+            h.record(s);
+        }
+        h
     }
 
     #[test]
@@ -615,6 +1033,244 @@ mod tests {
         );
         assert_eq!(parse_line("w0", "k", "cs ab12 17 100"), None);
         assert_eq!(parse_line("w0", "k", "hello"), None);
+    }
+
+    #[test]
+    fn parses_the_holds_of_the_family() {
+        let parsed = |line: &str| match parse_line("w0", "k", line) {
+            Some(Event::Section(s)) => s,
+            other => panic!("{line}: {other:?}"),
+        };
+        let s = parsed("cs ab12 17 100 250 r 0 r 5:5/6:6");
+        assert_eq!((s.hold, s.write), (Hold::Read, Write::Reader));
+        assert_eq!(
+            s.seen,
+            Some(Seen {
+                first: snap(5, 5),
+                last: Some(snap(6, 6))
+            })
+        );
+        let s = parsed("cs ab12 17 100 250 r 1 r 5:4");
+        assert_eq!(
+            s.seen,
+            Some(Seen {
+                first: snap(5, 4),
+                last: None
+            })
+        );
+        assert!(s.lost);
+        let s = parsed("cs ab12 17 100 250 h 0 x -");
+        assert_eq!(
+            (s.hold, s.write, s.seen),
+            (Hold::Exclusive, Write::Half, None)
+        );
+        let s = parsed("cs ab12 17 100 250 1 0 p2/3");
+        assert_eq!(s.hold, Hold::Permits { count: 2, of: 3 });
+        // what the worker prints parses back
+        for hold in [
+            Hold::Exclusive,
+            Hold::Read,
+            Hold::Permits { count: 1, of: 2 },
+        ] {
+            assert_eq!(Hold::parse(&hold.as_string()), Some(hold));
+        }
+        let seen = Seen {
+            first: snap(1, 0),
+            last: Some(snap(2, 2)),
+        };
+        assert_eq!(Seen::parse(&seen.as_string()), Some(seen));
+        for bad in [
+            "cs ab12 17 100 250 1 0 q",
+            "cs ab12 17 100 250 1 0 p2",
+            "cs ab12 17 100 250 r 0 r 5-5",
+            "cs ab12 17 100 250 r 0 r 5:5 extra",
+        ] {
+            assert_eq!(parse_line("w0", "k", bad), None, "{bad}");
+        }
+    }
+
+    #[test]
+    fn readers_may_overlap_readers_but_a_writer_overlaps_nobody() {
+        let h = history(vec![
+            read("a", 1, 0, 100),
+            read("b", 2, 10, 50),      // with a: fine
+            section("c", 3, 90, 120),  // a writer while a reads
+            section("b", 4, 115, 130), // a writer while c writes
+            read("a", 5, 130, 140),    // after both: fine
+        ]);
+        assert_eq!(h.overlaps().len(), 3);
+        assert_eq!(
+            h.conflicts(),
+            vec![
+                Overlap {
+                    first: 0,
+                    second: 2
+                },
+                Overlap {
+                    first: 2,
+                    second: 3
+                }
+            ]
+        );
+        let clean = history(vec![read("a", 1, 0, 100), read("b", 2, 10, 50)]);
+        assert!(clean.conflicts().is_empty());
+        assert_eq!(clean.peak(), 2);
+    }
+
+    #[test]
+    fn a_mutex_conflicts_wherever_it_overlaps_and_two_kinds_on_one_resource_conflict() {
+        let h = history(vec![
+            section("a", 1, 0, 100),
+            section("b", 2, 50, 60),
+            section("c", 3, 70, 80),
+        ]);
+        assert_eq!(h.conflicts(), h.overlaps());
+        let mixed = history(vec![read("a", 1, 0, 100), permit("b", 2, 50, 60, 1, 5)]);
+        assert_eq!(mixed.conflicts().len(), 1);
+    }
+
+    #[test]
+    fn at_most_n_permits_at_once() {
+        // n = 2: a and b together are fine, c joins them for 20 ns
+        let h = history(vec![
+            permit("a", 1, 0, 100, 1, 2),
+            permit("b", 2, 10, 200, 1, 2),
+            permit("c", 3, 80, 150, 1, 2),
+            permit("a", 4, 200, 300, 1, 2), // starts as b ends: not open together
+        ]);
+        assert!(h.conflicts().is_empty(), "permits may overlap");
+        assert_eq!(
+            h.over_permits(),
+            vec![Excess {
+                from: 80,
+                to: 100,
+                held: 3,
+                limit: 2,
+                sections: vec![0, 1, 2],
+            }]
+        );
+        assert_eq!(h.peak(), 3);
+        // within n, also touching at the ends
+        let fine = history(vec![
+            permit("a", 1, 0, 100, 1, 2),
+            permit("b", 2, 10, 200, 1, 2),
+            permit("c", 3, 100, 150, 1, 2),
+        ]);
+        assert!(fine.over_permits().is_empty());
+        assert_eq!(fine.peak(), 2);
+    }
+
+    #[test]
+    fn permits_count_by_their_number_and_the_largest_size_is_the_limit() {
+        // acquire_many(2) beside one permit of a semaphore of 2
+        let h = history(vec![
+            permit("a", 1, 0, 100, 2, 2),
+            permit("b", 2, 50, 60, 1, 2),
+        ]);
+        assert_eq!(h.over_permits().len(), 1);
+        assert_eq!(h.over_permits()[0].held, 3);
+        // a caller that counts 3 permits may be granted beside two of a caller that counts 2
+        let deploy = history(vec![
+            permit("a", 1, 0, 100, 2, 2),
+            permit("b", 2, 50, 60, 1, 3),
+        ]);
+        assert!(deploy.over_permits().is_empty());
+        // two separate stretches
+        let twice = history(vec![
+            permit("a", 1, 0, 100, 1, 1),
+            permit("b", 2, 50, 60, 1, 1),
+            permit("c", 3, 70, 80, 1, 1),
+        ]);
+        let found = twice.over_permits();
+        assert_eq!(found.len(), 2);
+        assert_eq!((found[1].from, found[1].to), (70, 80));
+        assert_eq!(found[1].sections, vec![0, 2]);
+        // a section that ended as it started was never open
+        let empty = history(vec![
+            permit("a", 1, 0, 100, 1, 1),
+            permit("b", 2, 50, 50, 1, 1),
+        ]);
+        assert!(empty.over_permits().is_empty());
+    }
+
+    #[test]
+    fn a_reader_that_saw_a_write_in_progress_or_a_write_during_its_hold_saw_a_torn_write() {
+        let seen = |first, last| Section {
+            seen: Some(Seen { first, last }),
+            ..read("r", 9, 0, 10)
+        };
+        let h = history(vec![
+            seen(snap(5, 5), Some(snap(5, 5))), // clean
+            seen(snap(0, 0), None),             // nothing written yet, lost before the 2nd look
+            seen(snap(6, 5), Some(snap(6, 6))), // the first look caught a write in progress
+            seen(snap(6, 6), Some(snap(7, 6))), // the second look did
+            seen(snap(6, 6), Some(snap(7, 7))), // a whole write during the hold
+            seen(snap(6, 5), None),
+        ]);
+        assert_eq!(h.torn_reads(), vec![2, 3, 4, 5]);
+    }
+
+    #[test]
+    fn a_write_refused_halfway_is_a_half_write() {
+        let h = history(vec![
+            section("a", 1, 0, 10),
+            Section {
+                write: Write::Half,
+                ..section("b", 2, 20, 30)
+            },
+        ]);
+        assert_eq!(h.half_writes(), vec![1]);
+        assert!(Write::Half.accepted() && Write::Accepted.accepted());
+        assert!(!Write::Rejected.accepted() && !Write::Reader.accepted());
+    }
+
+    #[test]
+    fn every_grant_has_a_token_of_its_own() {
+        let h = history(vec![
+            read("a", 5, 0, 10),
+            read("b", 5, 5, 10),
+            permit("c", 7, 20, 30, 1, 2),
+            permit("d", 7, 25, 30, 1, 2),
+            permit("e", 7, 40, 50, 1, 2),
+        ]);
+        // 5 twice: one pair; 7 three times: three pairs
+        assert_eq!(h.shared_tokens(), 4);
+        assert_eq!(
+            history(vec![read("a", 5, 0, 10), read("b", 6, 5, 10)]).shared_tokens(),
+            0
+        );
+    }
+
+    #[test]
+    fn a_refusal_is_explained_only_by_a_newer_grant_that_wrote_first() {
+        let rejected = |s: Section| Section {
+            write: Write::Rejected,
+            ..s
+        };
+        // two permits: b (newer) wrote while a held; a's later write was refused: explained
+        let h = history(vec![
+            rejected(permit("a", 1, 0, 100, 1, 2)),
+            permit("b", 2, 10, 50, 1, 2),
+        ]);
+        assert!(h.unexplained_rejections().is_empty());
+        // refused with no newer grant at all (tokens went backwards, say)
+        let h = history(vec![
+            permit("a", 5, 0, 100, 1, 2),
+            rejected(permit("b", 6, 150, 200, 1, 2)),
+        ]);
+        assert_eq!(h.unexplained_rejections(), vec![1]);
+        // the newer grant came only after the refused section ended: it cannot have written first
+        let h = history(vec![
+            rejected(section("a", 1, 0, 100)),
+            section("b", 2, 100, 150),
+        ]);
+        assert_eq!(h.unexplained_rejections(), vec![0]);
+        // a newer grant whose write was itself refused explains nothing
+        let h = history(vec![
+            rejected(section("a", 1, 0, 100)),
+            rejected(section("b", 2, 10, 50)),
+        ]);
+        assert_eq!(h.unexplained_rejections(), vec![0, 1]);
     }
 
     #[test]
@@ -668,6 +1324,27 @@ mod tests {
         h.record(section("b", 3, 20, 30));
         h.record(section("c", 6, 40, 50));
         assert_eq!(h.fence_inversions(), 1);
+    }
+
+    #[test]
+    fn tokens_order_the_grants_that_exclude_each_other() {
+        // a read share granted first (token 5) whose reply came late, after a share granted
+        // later (token 6) had come and gone: no inversion
+        let shares = history(vec![read("a", 5, 100, 110), read("b", 6, 20, 30)]);
+        assert_eq!(shares.fence_inversions(), 0);
+        let permits = history(vec![
+            permit("a", 5, 100, 110, 1, 2),
+            permit("b", 6, 20, 30, 1, 2),
+        ]);
+        assert_eq!(permits.fence_inversions(), 0);
+        // a writer and a reader exclude each other: their tokens follow their sections
+        let h = history(vec![
+            read("a", 5, 100, 110),
+            section("b", 6, 20, 30),
+            section("c", 4, 200, 210),
+        ]);
+        // b (6) before a (5), b (6) and a (5) before c (4)
+        assert_eq!(h.fence_inversions(), 3);
     }
 
     #[test]
@@ -733,6 +1410,7 @@ mod tests {
         let lines: Vec<&str> = t.lines().collect();
         assert_eq!(lines.len(), 3);
         assert!(lines[2].contains("lock Backend 2"));
+        assert_eq!(lines[0].matches('|').count(), COLUMNS + 1);
         assert!(lines[2].contains("max 12.0 ms (3 faults)"));
         assert!(lines.iter().all(|l| l.len() == lines[0].len()));
     }
