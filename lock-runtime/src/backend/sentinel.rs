@@ -82,14 +82,26 @@ impl Sentinel {
             sentinels.push((redacted(url), url_user(url), con));
         }
         let first = async {
-            let addr = match resolve(&sentinels, master_name, query_timeout).await {
-                Ok(addr) => addr,
-                // no sentinel named a master: perhaps they speak another scheme than their
-                // URLs say
-                Err(e) if e.kind() == ErrorKind::Backend => {
-                    return Err(probe::mismatched_scheme(urls).await.unwrap_or(e));
+            // Sentinels that did not answer in time (a slow TLS handshake on a busy machine)
+            // are asked again, with twice the time, until one answers or the connect timeout
+            // ends it: their answer - an address, or the certificate they were refused for -
+            // says more than the silence.
+            let mut patience = query_timeout;
+            let addr = loop {
+                match resolve(&sentinels, master_name, patience).await {
+                    Ok(addr) => break addr,
+                    Err(Unresolved {
+                        timed_out: true, ..
+                    }) => {
+                        patience = (patience * 2).min(config.connect_timeout());
+                    }
+                    // no sentinel named a master: perhaps they speak another scheme than
+                    // their URLs say
+                    Err(Unresolved { error, .. }) if error.kind() == ErrorKind::Backend => {
+                        return Err(probe::mismatched_scheme(urls).await.unwrap_or(error));
+                    }
+                    Err(Unresolved { error, .. }) => return Err(error),
                 }
-                Err(e) => return Err(e),
             };
             Master::connect(addr, config, push.clone()).await
         };
@@ -230,9 +242,18 @@ async fn monitor(shared: Weak<Shared>, poke: Arc<Notify>) {
                 }
             }
             Ok(_) => {}
-            Err(e) => tracing::debug!(error = %e, "asking the sentinels failed"),
+            Err(Unresolved { error, .. }) => {
+                tracing::debug!(error = %error, "asking the sentinels failed");
+            }
         }
     }
+}
+
+/// Why no master address came from the sentinels.
+struct Unresolved {
+    error: LockError,
+    /// No sentinel named a master and some did not answer within the query timeout.
+    timed_out: bool,
 }
 
 /// The master address most sentinels agree on.
@@ -240,7 +261,7 @@ async fn resolve(
     sentinels: &[(String, Option<String>, ConnectionManager)],
     master_name: &str,
     query_timeout: Duration,
-) -> Result<String, LockError> {
+) -> Result<String, Unresolved> {
     let mut asks = tokio::task::JoinSet::new();
     for (url, user, con) in sentinels {
         let (mut con, name) = (con.clone(), master_name.to_owned());
@@ -259,10 +280,12 @@ async fn resolve(
     let answers = asks.join_all().await;
     let mut votes: HashMap<String, usize> = HashMap::new();
     let mut failures = Vec::new();
+    let mut timed_out = false;
     for answer in answers {
         match answer {
             Ok(addr) => *votes.entry(addr).or_default() += 1,
-            Err(failure) => failures.extend(failure),
+            Err(Some(failure)) => failures.push(failure),
+            Err(None) => timed_out = true,
         }
     }
     // a certificate or credential mistake says more than "no sentinel knows"
@@ -274,14 +297,17 @@ async fn resolve(
     if votes.is_empty()
         && let Some(mistake) = mistake
     {
-        return Err(mistake);
+        return Err(Unresolved {
+            error: mistake,
+            timed_out: false,
+        });
     }
     votes
         .into_iter()
         .max_by_key(|(addr, n)| (*n, std::cmp::Reverse(addr.clone())))
         .map(|(addr, _)| addr)
-        .ok_or_else(|| {
-            LockError::new(
+        .ok_or_else(|| Unresolved {
+            error: LockError::new(
                 ErrorKind::Backend,
                 format!(
                     "no sentinel ({}) knows a master named `{master_name}`",
@@ -291,6 +317,7 @@ async fn resolve(
                         .collect::<Vec<_>>()
                         .join(", ")
                 ),
-            )
+            ),
+            timed_out,
         })
 }
