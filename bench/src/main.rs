@@ -57,6 +57,7 @@ mod hot_item;
 mod leftovers;
 mod raw;
 mod redisson;
+mod redlock;
 mod relay;
 mod report;
 mod uncontended_latency;
