@@ -46,6 +46,11 @@ impl Endpoint {
         self.cluster
     }
 
+    /// The server's URL, or every seed of a cluster.
+    pub(crate) fn urls(&self) -> &[String] {
+        &self.urls
+    }
+
     /// The server's URL (a cluster: the first seed).
     pub(crate) fn url(&self) -> &str {
         &self.urls[0]

@@ -4,13 +4,16 @@
 //!
 //! Variants, each with 1 instance x 16 workers and 4 instances x 4 workers: the raw baseline
 //! (an instance is a connection), our library (an instance is a `LockService`: with 4, waiters
-//! wake through pub/sub) and the Redisson-style baseline (an instance is a service with its own
-//! connections and subscriber). With `--current-thread` the 4 instances run on a current-thread
+//! wake through pub/sub), the Redisson-style baseline (an instance is a service with its own
+//! connections and subscriber) and the rslock peer (an instance is a `LockManager`, given the
+//! one server as its only node; its waiters retry after rslock's random sleeps, see
+//! [`redlock`]). With `--current-thread` the 4 instances run on a current-thread
 //! runtime each, on threads of their own.
 //!
 //! Targets, across 4 services x 4 workers: at least 1.5x the raw baseline's critical sections
 //! per second, at most 10 Redis commands per critical section, at least 80% hand-off between
-//! workers (informational for 1 service x 16 and on a cluster).
+//! workers (informational for 1 service x 16 and on a cluster). rslock's figures are printed as
+//! informational checks against the same bounds.
 
 use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
@@ -26,6 +29,7 @@ use crate::ctx::{Counts, Ctx, LEASE, PHASE_LIMIT, within};
 use crate::error::Result;
 use crate::raw::{self, Raw};
 use crate::redisson::Redisson;
+use crate::redlock::{self, Rslock};
 use crate::report::{Samples, Scenario, Target, cost_cells, f1, ratio};
 
 const WORKERS: usize = 16;
@@ -41,12 +45,19 @@ enum Via {
     Raw,
     Service,
     Redisson,
+    Rslock,
 }
+
+/// The variants, in fours per number of instances: the raw baseline, ours, Redisson-style,
+/// rslock.
+const VIAS: [Via; 4] = [Via::Raw, Via::Service, Via::Redisson, Via::Rslock];
 
 #[derive(Clone, Copy)]
 struct Kind {
     via: Via,
     instances: usize,
+    /// rslock's name (it depends on the topology).
+    rslock: &'static str,
 }
 
 impl Kind {
@@ -59,6 +70,8 @@ impl Kind {
             (Via::Service, n) => format!("LockService, {n} services x {per}"),
             (Via::Redisson, 1) => "Redisson-style, 1 service x 16".into(),
             (Via::Redisson, n) => format!("Redisson-style, {n} services x {per}"),
+            (Via::Rslock, 1) => format!("{}, 1 manager x 16", self.rslock),
+            (Via::Rslock, n) => format!("{}, {n} managers x {per}", self.rslock),
         }
     }
 }
@@ -69,6 +82,7 @@ enum Instance {
     Raw(Raw),
     Service(LockService),
     Redisson(Redisson),
+    Rslock(Rslock),
 }
 
 impl Instance {
@@ -77,6 +91,7 @@ impl Instance {
             Via::Raw => Instance::Raw(Raw::connect(&redis).await?),
             Via::Service => Instance::Service(LockService::connect(redis.config()).await?),
             Via::Redisson => Instance::Redisson(Redisson::connect(&redis).await?),
+            Via::Rslock => Instance::Rslock(Rslock::connect(&redis).await?),
         })
     }
 }
@@ -154,6 +169,12 @@ async fn worker(
                 shared.critical(worker).await;
                 redisson.unlock(KEY, &owner, LEASE).await?;
             }
+            Instance::Rslock(rslock) => {
+                let guard = rslock.acquire(KEY).await?;
+                waits.push(asked.elapsed());
+                shared.critical(worker).await;
+                guard.release().await;
+            }
         }
     }
     Ok(waits)
@@ -188,7 +209,10 @@ async fn run_kind(ctx: &Ctx, kind: Kind, sections: usize) -> Result<Outcome> {
         waits.extend(&done??);
     }
     let seconds = started.elapsed().as_secs_f64();
-    let counts = ctx.read()?;
+    let mut counts = ctx.read()?;
+    if kind.via == Via::Rslock {
+        counts.sent_plain(&redlock::PLAIN);
+    }
     Ok(Outcome {
         seconds,
         waits,
@@ -202,15 +226,25 @@ async fn run_kind(ctx: &Ctx, kind: Kind, sections: usize) -> Result<Outcome> {
 pub(crate) async fn run(ctx: &Ctx) -> Result<Scenario> {
     let sections = if ctx.quick { 20 } else { 200 };
     let expected = (WORKERS * sections) as u64;
-    // in threes: the raw baseline, ours, Redisson-style; 1 instance, then 4
+    // in fours (VIAS); 1 instance, then 4
+    let rslock = redlock::name(&ctx.redis);
     let kinds: Vec<Kind> = [1, 4]
         .into_iter()
         .flat_map(|instances| {
-            [Via::Raw, Via::Service, Via::Redisson].map(|via| Kind { via, instances })
+            VIAS.map(|via| Kind {
+                via,
+                instances,
+                rslock,
+            })
         })
         .collect();
-    // warm-up: scripts loaded, subscriptions made
+    // warm-up: scripts loaded, subscriptions made; with --quick, not for rslock (it has no
+    // subscription; its one script loads at its first use), whose turns wait out
+    // its sleeps (a warm-up takes as long as the quick run itself)
     for &kind in &kinds {
+        if ctx.quick && kind.via == Via::Rslock {
+            continue;
+        }
         run_kind(ctx, kind, 5)
             .await
             .map_err(|e| format!("S3 warm-up {}: {e}", kind.name()))?;
@@ -248,6 +282,12 @@ pub(crate) async fn run(ctx: &Ctx) -> Result<Scenario> {
              baseline with as many instances; hand-off = share of grants that went to a \
              different worker than the previous one"
                 .into(),
+            format!(
+                "{rslock}: rslock 0.10's acquire (LockManager::acquire, its defaults: 3 attempts \
+                 per lock() call, a random 0-200 ms sleep between two, none between two calls; \
+                 each failed SET NX PX is followed by an EVALSHA of compare-and-delete) and \
+                 release, the 5 s lease as its TTL; an instance is a LockManager (one connection)"
+            ),
         ],
         targets: Vec::new(),
         variants: Vec::new(),
@@ -256,8 +296,9 @@ pub(crate) async fn run(ctx: &Ctx) -> Result<Scenario> {
     let rate = |o: &Outcome| o.grants as f64 / o.seconds;
     let handoff = |o: &Outcome| o.changes as f64 / (o.grants.max(2) - 1) as f64;
     for (i, (kind, o)) in outcomes.iter().enumerate() {
-        let base = &outcomes[i / 3 * 3].1;
-        let redisson = &outcomes[i / 3 * 3 + 2].1;
+        let first = i / VIAS.len() * VIAS.len();
+        let base = &outcomes[first].1;
+        let redisson = &outcomes[first + 2].1;
         let cmds = o.counts.commands() as f64 / o.grants.max(1) as f64;
         scenario.rows.push(
             vec![
@@ -318,7 +359,27 @@ pub(crate) async fn run(ctx: &Ctx) -> Result<Scenario> {
                 handoff(o) >= MIN_HANDOFF,
             ));
         }
-        scenario.targets.push(Target::new(
+        if kind.via == Via::Rslock {
+            // a peer: its figures against the same bounds, never a target
+            let r = rate(o) / rate(base);
+            scenario.targets.push(Target::info(
+                format!("{}: CS/s >= {MIN_RATIO:.1}x baseline", kind.name()),
+                ratio(r),
+                r >= MIN_RATIO,
+            ));
+            scenario.targets.push(Target::info(
+                format!("{}: cmds/CS <= {MAX_COMMANDS}", kind.name()),
+                format!("{cmds:.2}"),
+                cmds <= MAX_COMMANDS,
+            ));
+            scenario.targets.push(Target::info(
+                format!("{}: hand-off >= 80%", kind.name()),
+                format!("{:.1}%", handoff(o) * 100.0),
+                handoff(o) >= MIN_HANDOFF,
+            ));
+        }
+        scenario.targets.push(Target::either(
+            kind.via == Via::Rslock,
             format!("{}: final counter exact", kind.name()),
             o.counter.to_string(),
             o.counter == expected,

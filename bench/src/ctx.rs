@@ -1,7 +1,7 @@
 //! The bench's own Redis (one redis-server, or a cluster with `--cluster`), the runtime of the
 //! application instances ("peers") the variants run, and the command counters read from Redis.
 
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, BTreeSet};
 use std::future::Future;
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
@@ -301,6 +301,9 @@ pub(crate) struct Counts {
     calls: BTreeMap<String, (u64, u64)>,
     /// `total_commands_processed`, less the bench's own commands.
     processed: u64,
+    /// Commands the measured variant sends by themselves, not from a script (rslock's `SET`):
+    /// round trips too. Commandstats cannot tell; the variant says so, see [`Self::sent_plain`].
+    plain: BTreeSet<&'static str>,
     /// CPU time of this process (the clients, every thread) during the phase.
     pub(crate) client_cpu_us: u64,
     /// CPU time of redis-server during the phase.
@@ -347,8 +350,15 @@ impl Counts {
             entry.1 += usec;
         }
         self.processed += other.processed;
+        self.plain.extend(&other.plain);
         self.client_cpu_us += other.client_cpu_us;
         self.server_cpu_us += other.server_cpu_us;
+    }
+
+    /// Marks `commands` as sent over the network by themselves in these counts (a variant that
+    /// never sends them from a script): they count as round trips.
+    pub(crate) fn sent_plain(&mut self, commands: &[&'static str]) {
+        self.plain.extend(commands);
     }
 
     /// Every command Redis executed, those inside scripts included (INFO commandstats).
@@ -360,7 +370,7 @@ impl Counts {
     pub(crate) fn requests(&self) -> u64 {
         self.calls
             .iter()
-            .filter(|(name, _)| is_request(name))
+            .filter(|(name, _)| self.is_request(name))
             .map(|(_, (calls, _))| calls)
             .sum()
     }
@@ -369,9 +379,13 @@ impl Counts {
     pub(crate) fn request_usec(&self) -> u64 {
         self.calls
             .iter()
-            .filter(|(name, _)| is_request(name))
+            .filter(|(name, _)| self.is_request(name))
             .map(|(_, (_, usec))| usec)
             .sum()
+    }
+
+    fn is_request(&self, name: &str) -> bool {
+        is_request(name) || self.plain.contains(name)
     }
 
     /// Per-operation figures for the JSON line.
@@ -425,5 +439,9 @@ mod tests {
         assert_eq!(c.requests(), 2);
         assert_eq!(c.request_usec(), 30);
         assert_eq!(c.processed, 4);
+        let mut plain = c.clone();
+        plain.sent_plain(&["set"]);
+        assert_eq!(plain.requests(), 4);
+        assert_eq!(plain.request_usec(), 34);
     }
 }

@@ -1,5 +1,5 @@
-//! `lock-bench`: measures `lock-runtime` against the raw-Redis floor and a Redisson-style lock,
-//! in the same run.
+//! `lock-bench`: measures `lock-runtime` against the raw-Redis floor, a Redisson-style lock and
+//! the `rslock` crate, in the same run.
 //!
 //! It starts its own `redis-server` on a free loopback port (through the `lock-tests` harness;
 //! with `--cluster`, the harness's cluster of 3 masters with 1 replica each) and runs the
@@ -12,6 +12,13 @@
 //! - Redisson-style ([`redisson`]): a reentrant hash lock with Redisson's scripts, whose
 //!   waiters subscribe to the lock's channel and sleep until a release message or the lock's
 //!   remaining lease: the peer that waits without polling.
+//!
+//! and, in S1-S4, a third peer, the crate Rust users pick:
+//!
+//! - rslock ([`redlock`]): the `rslock` crate's Redlock `LockManager`, given the one server as
+//!   its only node (with `--cluster`, the cluster as one), the same lease as its TTL and its
+//!   default retries: a waiter tries again after a random sleep of up to 200 ms. Its figures
+//!   are printed as informational checks: the targets compare ours with raw and Redisson-style.
 //!
 //! | | scenario | targets (issue #16) |
 //! |---|---|---|
@@ -57,6 +64,7 @@ mod hot_item;
 mod leftovers;
 mod raw;
 mod redisson;
+mod redlock;
 mod relay;
 mod report;
 mod uncontended_latency;
@@ -196,6 +204,15 @@ async fn run(setup: Setup, selected: &[&str]) -> Result<()> {
          Redisson-style = a reentrant hash lock with Redisson's acquire / release scripts; a \
          waiter subscribes to the lock's channel (one subscriber connection per service) and \
          sleeps until a release message or the lock's remaining lease"
+    );
+    println!(
+        "peer in {}: {} = the rslock crate 0.10 (Redlock) given this one {} as its only \
+         node, the same 5 s lease as its TTL, its default retries (3 attempts per lock() call, \
+         a random 0-200 ms sleep between two; acquire() calls lock() until it succeeds): a \
+         waiter polls, no pub/sub; its ratios are informational",
+        if setup.cluster { "S1-S3" } else { "S1-S4" },
+        redlock::name(&ctx.redis),
+        if setup.cluster { "cluster" } else { "server" }
     );
     let mut scenarios: Vec<Scenario> = Vec::new();
     for id in selected {

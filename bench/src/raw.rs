@@ -98,6 +98,20 @@ impl Raw {
         Ok(())
     }
 
+    /// The calls of `command` Redis ran since its counters were reset (`INFO commandstats`),
+    /// for probes that must not look like lock traffic.
+    pub(crate) async fn calls(&mut self, command: &str) -> Result<u64> {
+        let info: String = redis::cmd("INFO")
+            .arg("commandstats")
+            .query_async(&mut self.con)
+            .await?;
+        let prefix = format!("cmdstat_{command}:calls=");
+        Ok(info
+            .lines()
+            .find_map(|l| l.strip_prefix(&prefix)?.split(',').next()?.parse().ok())
+            .unwrap_or(0))
+    }
+
     /// `TYPE key`, for probes that must not look like lock traffic.
     pub(crate) async fn key_type(&mut self, key: &str) -> Result<String> {
         Ok(redis::cmd("TYPE")

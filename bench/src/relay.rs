@@ -1,6 +1,7 @@
 //! A TCP relay in front of the redis-server that counts the script calls (`EVALSHA`, `EVAL`)
-//! its clients send: S4 puts a waiter's connections behind one to count its acquire attempts
-//! without `MONITOR` and without asking the library.
+//! and the plain `SET`s its clients send: S4 puts a waiter's connections behind one to count
+//! its acquire attempts without `MONITOR` and without asking the library (rslock's attempt is
+//! a plain `SET NX PX`, the other variants' a script call).
 //!
 //! The count of a request goes up before the request is passed on, so a reply a client has
 //! received was always counted.
@@ -15,13 +16,16 @@ use tokio::task::JoinHandle;
 
 use crate::error::Result;
 
-/// The command names counted, as RESP bulk strings (`$7\r\nEVALSHA\r\n`).
-const SCRIPT_CALLS: [&[u8]; 2] = [b"\r\nEVALSHA\r\n", b"\r\nEVAL\r\n"];
+/// The script calls counted, as RESP bulk strings (`$7\r\nEVALSHA\r\n`).
+const SCRIPT_CALLS: &[&[u8]] = &[b"\r\nEVALSHA\r\n", b"\r\nEVAL\r\n"];
+/// The plain `SET`s counted.
+const SETS: &[&[u8]] = &[b"\r\nSET\r\n"];
 
 /// A listening relay; dropping it stops accepting (open connections go on until closed).
 pub(crate) struct Relay {
     url: String,
     scripts: Arc<AtomicU64>,
+    sets: Arc<AtomicU64>,
     accept: JoinHandle<()>,
 }
 
@@ -31,15 +35,17 @@ impl Relay {
         let listener = TcpListener::bind("127.0.0.1:0").await?;
         let url = format!("redis://{}", listener.local_addr()?);
         let scripts = Arc::new(AtomicU64::new(0));
-        let counter = scripts.clone();
+        let sets = Arc::new(AtomicU64::new(0));
+        let counters = (scripts.clone(), sets.clone());
         let accept = tokio::spawn(async move {
             while let Ok((client, _)) = listener.accept().await {
-                tokio::spawn(relay(client, upstream, counter.clone()));
+                tokio::spawn(relay(client, upstream, counters.clone()));
             }
         });
         Ok(Relay {
             url,
             scripts,
+            sets,
             accept,
         })
     }
@@ -53,6 +59,11 @@ impl Relay {
     pub(crate) fn scripts(&self) -> Arc<AtomicU64> {
         self.scripts.clone()
     }
+
+    /// The plain `SET`s sent through the relay so far (a shared counter).
+    pub(crate) fn sets(&self) -> Arc<AtomicU64> {
+        self.sets.clone()
+    }
 }
 
 impl Drop for Relay {
@@ -61,7 +72,11 @@ impl Drop for Relay {
     }
 }
 
-async fn relay(client: TcpStream, upstream: SocketAddr, scripts: Arc<AtomicU64>) {
+async fn relay(
+    client: TcpStream,
+    upstream: SocketAddr,
+    (scripts, sets): (Arc<AtomicU64>, Arc<AtomicU64>),
+) {
     let Ok(server) = TcpStream::connect(upstream).await else {
         return;
     };
@@ -70,14 +85,16 @@ async fn relay(client: TcpStream, upstream: SocketAddr, scripts: Arc<AtomicU64>)
     let (mut from_server, mut to_server) = server.into_split();
     let requests = async {
         let mut buf = vec![0u8; 16 * 1024];
-        let mut tail = Vec::new();
+        let (mut script_tail, mut set_tail) = (Vec::new(), Vec::new());
         loop {
             let n = from_client.read(&mut buf).await?;
             if n == 0 {
                 return to_server.shutdown().await;
             }
-            let calls = count_script_calls(&mut tail, &buf[..n]);
+            let calls = count_calls(SCRIPT_CALLS, &mut script_tail, &buf[..n]);
             scripts.fetch_add(calls, Ordering::SeqCst);
+            let calls = count_calls(SETS, &mut set_tail, &buf[..n]);
+            sets.fetch_add(calls, Ordering::SeqCst);
             to_server.write_all(&buf[..n]).await?;
         }
     };
@@ -85,14 +102,14 @@ async fn relay(client: TcpStream, upstream: SocketAddr, scripts: Arc<AtomicU64>)
     let _ = tokio::join!(requests, replies);
 }
 
-/// Script calls in `chunk`, given the `tail` of the bytes before it (a name may be split
-/// between reads); `tail` is updated for the next chunk.
-fn count_script_calls(tail: &mut Vec<u8>, chunk: &[u8]) -> u64 {
+/// Calls of `names` (the longest first) in `chunk`, given the `tail` of the bytes before it (a
+/// name may be split between reads); `tail` is updated for the next chunk.
+fn count_calls(names: &[&[u8]], tail: &mut Vec<u8>, chunk: &[u8]) -> u64 {
     let mut window = std::mem::take(tail);
     let carried = window.len();
     window.extend_from_slice(chunk);
     let mut calls = 0;
-    for name in SCRIPT_CALLS {
+    for name in names {
         calls += window
             .windows(name.len())
             .enumerate()
@@ -100,7 +117,7 @@ fn count_script_calls(tail: &mut Vec<u8>, chunk: &[u8]) -> u64 {
             .filter(|(at, w)| at + name.len() > carried && w.eq_ignore_ascii_case(name))
             .count() as u64;
     }
-    let keep = window.len().min(SCRIPT_CALLS[0].len() - 1);
+    let keep = window.len().min(names[0].len() - 1);
     *tail = window[window.len() - keep..].to_vec();
     calls
 }
@@ -110,16 +127,19 @@ mod tests {
     use super::*;
 
     #[test]
-    fn counts_script_calls_across_chunks() {
+    fn counts_script_calls_and_sets_across_chunks() {
         let stream = b"*3\r\n$7\r\nEVALSHA\r\n$1\r\na\r\n*1\r\n$4\r\nPING\r\n\
-                       *3\r\n$4\r\nEVAL\r\n$1\r\nb\r\n*2\r\n$7\r\nevalsha\r\n$1\r\nc\r\n";
+                       *3\r\n$4\r\nEVAL\r\n$1\r\nb\r\n*2\r\n$7\r\nevalsha\r\n$1\r\nc\r\n\
+                       *3\r\n$3\r\nSET\r\n$1\r\nk\r\n$1\r\nv\r\n*2\r\n$6\r\nSETNX\r\n$1\r\nk\r\n";
         for split in 1..stream.len() {
-            let mut tail = Vec::new();
-            let mut calls = 0;
+            let (mut tail, mut set_tail) = (Vec::new(), Vec::new());
+            let (mut calls, mut sets) = (0, 0);
             for chunk in stream.chunks(split) {
-                calls += count_script_calls(&mut tail, chunk);
+                calls += count_calls(SCRIPT_CALLS, &mut tail, chunk);
+                sets += count_calls(SETS, &mut set_tail, chunk);
             }
             assert_eq!(calls, 3, "chunks of {split}");
+            assert_eq!(sets, 1, "chunks of {split}");
         }
     }
 }

@@ -1,11 +1,13 @@
 //! S1, uncontended latency: one task, acquire + release on one key.
 //!
-//! Variants: the raw baseline, our `LockService` (with a lease), the annotated fn and the
-//! Redisson-style baseline. They run in interleaved rounds (rotating the order) so that load
+//! Variants: the raw baseline, our `LockService` (with a lease), the annotated fn, the
+//! Redisson-style baseline and the rslock peer (`LockManager::acquire` + `LockGuard::release`,
+//! one node). They run in interleaved rounds (rotating the order) so that load
 //! from other processes hits them alike; median and p99 are over all pairs of a variant.
 //!
 //! Target: our median at most 1.05x the raw baseline's, for `LockService` and for the annotated
-//! fn (informational on a cluster, where the issue sets no S1 target).
+//! fn (informational on a cluster, where the issue sets no S1 target). rslock's ratio is
+//! printed as an informational check against the same bound.
 
 use std::time::Duration;
 
@@ -17,6 +19,7 @@ use crate::ctx::{Ctx, LEASE};
 use crate::error::Result;
 use crate::raw::{self, Raw};
 use crate::redisson::Redisson;
+use crate::redlock::{self, Rslock};
 use crate::report::{
     PAIR_COST_HEADERS, Scenario, Target, f1, interleaved_rounds, pair_cost_cells, ratio,
 };
@@ -29,6 +32,8 @@ const NAMES: [&str; 4] = [
 ];
 /// The variants the target is about.
 const OURS: [usize; 2] = [1, 2];
+/// The rslock peer, after [`NAMES`] (its name depends on the topology).
+const RSLOCK: usize = NAMES.len();
 const WARMUP: usize = 200;
 /// The S1 target: our median at most this many times the baseline's.
 const TARGET: f64 = 1.05;
@@ -39,6 +44,7 @@ struct Paths {
     locks: LockService,
     redisson: Redisson,
     owner: String,
+    rslock: Rslock,
 }
 
 impl Paths {
@@ -61,6 +67,11 @@ impl Paths {
                 Ok(guard.release().await?)
             }
             2 => Ok(annotated::locked(1).await?),
+            RSLOCK => {
+                let guard = self.rslock.acquire("bench:s1").await?;
+                guard.release().await;
+                Ok(())
+            }
             _ => {
                 let wait = Duration::from_secs(2);
                 self.redisson
@@ -81,17 +92,24 @@ pub(crate) async fn run(ctx: &Ctx) -> Result<Scenario> {
         locks: ctx.service().await?,
         redisson: Redisson::connect(&ctx.redis).await?,
         owner: String::new(),
+        rslock: Rslock::connect(&ctx.redis).await?,
     };
     paths.owner = paths.redisson.owner();
-    for variant in 0..NAMES.len() {
+    let names: Vec<&str> = NAMES
+        .into_iter()
+        .chain([redlock::name(&ctx.redis)])
+        .collect();
+    for variant in 0..names.len() {
         for _ in 0..WARMUP {
             paths.pair(variant).await?;
         }
     }
-    let (samples, counts) = interleaved_rounds(ctx, NAMES.len(), rounds, per_round, async |v| {
-        paths.pair(v).await
-    })
-    .await?;
+    let (samples, mut counts) =
+        interleaved_rounds(ctx, names.len(), rounds, per_round, async |v| {
+            paths.pair(v).await
+        })
+        .await?;
+    counts[RSLOCK].sent_plain(&redlock::PLAIN);
 
     let pairs = (rounds * per_round) as u64;
     let base = samples[0].median();
@@ -117,12 +135,23 @@ pub(crate) async fn run(ctx: &Ctx) -> Result<Scenario> {
              EVALSHA (commandstats); CPU = user+sys of this process (all client threads) and of \
              redis-server over the phase"
                 .into(),
+            format!(
+                "{}: rslock 0.10's LockManager::acquire (a plain SET NX PX, counted as a round \
+                 trip and in script us) + LockGuard::release (an EVALSHA of compare-and-delete), \
+                 with the one {} as its only node and the same 5 s lease as its TTL",
+                names[RSLOCK],
+                if ctx.redis.is_cluster() {
+                    "cluster"
+                } else {
+                    "server"
+                }
+            ),
         ],
         targets: Vec::new(),
         variants: Vec::new(),
         extra: json!({}),
     };
-    for (i, name) in NAMES.iter().enumerate() {
+    for (i, name) in names.iter().enumerate() {
         let (s, c) = (&samples[i], &counts[i]);
         scenario.rows.push(
             vec![
@@ -152,5 +181,11 @@ pub(crate) async fn run(ctx: &Ctx) -> Result<Scenario> {
             r <= TARGET,
         ));
     }
+    let r = samples[RSLOCK].median() / base;
+    scenario.targets.push(Target::info(
+        format!("{} median <= {TARGET:.2}x baseline", names[RSLOCK]),
+        ratio(r),
+        r <= TARGET,
+    ));
     Ok(scenario)
 }

@@ -1,13 +1,14 @@
 //! S2, uncontended throughput: 64 tasks, each on its own key, for a fixed time.
 //!
 //! Variants: the raw baseline, our `LockService` with a lease and in watchdog mode (no lease:
-//! the watchdog renews the hold), the annotated fn (with a lease) and the Redisson-style
-//! baseline (with a lease). Each variant runs in slices interleaved with the others (rotating
+//! the watchdog renews the hold), the annotated fn (with a lease), the Redisson-style
+//! baseline (with a lease) and the rslock peer (one node, the lease as its TTL). Each variant runs in slices interleaved with the others (rotating
 //! the order); the rate is all pairs over all slice time. All tasks of a variant share one
 //! connection or one service, as one application instance would.
 //!
 //! Targets: `LockService` at least 0.90x the raw baseline's rate with a lease and in watchdog
 //! mode (0.85x on a cluster), and faster than the Redisson-style baseline (with a lease each).
+//! rslock's ratio is printed as an informational check against the same bound.
 
 use std::time::{Duration, Instant};
 
@@ -20,6 +21,7 @@ use crate::ctx::{Counts, Ctx, LEASE};
 use crate::error::Result;
 use crate::raw::{self, Raw};
 use crate::redisson::Redisson;
+use crate::redlock::{self, Rslock};
 use crate::report::{PAIR_COST_HEADERS, Scenario, Target, pair_cost_cells, ratio};
 
 const NAMES: [&str; 5] = [
@@ -33,6 +35,9 @@ const LEASED: usize = 1;
 const WATCHDOG: usize = 2;
 const ANNOTATED: usize = 3;
 const REDISSON: usize = 4;
+/// The rslock peer, after [`NAMES`] (its name depends on the topology).
+const RSLOCK: usize = NAMES.len();
+const VARIANTS: usize = NAMES.len() + 1;
 const TASKS: u64 = 64;
 /// The S2 target: our rate at least this fraction of the baseline's (one server, a cluster).
 const TARGET: f64 = 0.90;
@@ -44,6 +49,7 @@ struct Paths {
     raw: Raw,
     locks: LockService,
     redisson: Redisson,
+    rslock: Rslock,
 }
 
 /// Runs `TASKS` tasks of `variant` until `slice` has passed; returns the pairs done.
@@ -56,6 +62,7 @@ async fn slice(variant: usize, paths: &Paths, slice: Duration) -> Result<u64> {
             mut raw,
             locks,
             redisson,
+            rslock,
         } = paths.clone();
         tasks.spawn(async move {
             let raw_key = raw::key(&format!("bench:s2:{id}"));
@@ -87,6 +94,7 @@ async fn slice(variant: usize, paths: &Paths, slice: Duration) -> Result<u64> {
                         guard.release().await?;
                     }
                     ANNOTATED => annotated::locked(id).await?,
+                    RSLOCK => rslock.acquire(&lib_key).await?.release().await,
                     _ => {
                         let wait = Duration::from_secs(2);
                         redisson.lock(&lib_key, &owner, LEASE, wait).await?;
@@ -116,16 +124,21 @@ pub(crate) async fn run(ctx: &Ctx) -> Result<Scenario> {
         raw: Raw::connect(&ctx.redis).await?,
         locks: ctx.service().await?,
         redisson: Redisson::connect(&ctx.redis).await?,
+        rslock: Rslock::connect(&ctx.redis).await?,
     };
-    for variant in 0..NAMES.len() {
+    let names: Vec<&str> = NAMES
+        .into_iter()
+        .chain([redlock::name(&ctx.redis)])
+        .collect();
+    for variant in 0..VARIANTS {
         slice(variant, &paths, Duration::from_millis(100)).await?;
     }
-    let mut pairs = [0u64; NAMES.len()];
-    let mut seconds = [0f64; NAMES.len()];
-    let mut counts = vec![Counts::default(); NAMES.len()];
+    let mut pairs = [0u64; VARIANTS];
+    let mut seconds = [0f64; VARIANTS];
+    let mut counts = vec![Counts::default(); VARIANTS];
     for round in 0..slices {
-        for i in 0..NAMES.len() {
-            let variant = (round + i) % NAMES.len();
+        for i in 0..VARIANTS {
+            let variant = (round + i) % VARIANTS;
             let started = Instant::now();
             let (done, c) = ctx.counted(slice(variant, &paths, length)).await?;
             seconds[variant] += started.elapsed().as_secs_f64();
@@ -133,6 +146,7 @@ pub(crate) async fn run(ctx: &Ctx) -> Result<Scenario> {
             counts[variant].add(&c);
         }
     }
+    counts[RSLOCK].sent_plain(&redlock::PLAIN);
 
     let rate = |i: usize| pairs[i] as f64 / seconds[i];
     let mut scenario = Scenario {
@@ -152,12 +166,17 @@ pub(crate) async fn run(ctx: &Ctx) -> Result<Scenario> {
              is `watchdog_timeout` (30 s here) and the service's watchdog renews it every third \
              while held; Redisson-style and annotated fn hold with a 5 s lease, as the baseline"
                 .into(),
+            format!(
+                "{}: rslock 0.10, one LockManager shared by the {TASKS} tasks, \
+                 acquire(key, 5 s) + release (its SET NX PX counted as a round trip)",
+                names[RSLOCK]
+            ),
         ],
         targets: Vec::new(),
         variants: Vec::new(),
         extra: json!({}),
     };
-    for (i, name) in NAMES.iter().enumerate() {
+    for (i, name) in names.iter().enumerate() {
         let c = &counts[i];
         scenario.rows.push(
             vec![
@@ -198,5 +217,11 @@ pub(crate) async fn run(ctx: &Ctx) -> Result<Scenario> {
             r > 1.0,
         ));
     }
+    let r = rate(RSLOCK) / rate(0);
+    scenario.targets.push(Target::info(
+        format!("{} pairs/s >= {target:.2}x baseline", names[RSLOCK]),
+        ratio(r),
+        r >= target,
+    ));
     Ok(scenario)
 }

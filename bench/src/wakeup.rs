@@ -4,24 +4,27 @@
 //!
 //! Variants: holder and waiter in different `LockService`s (the wake-up crosses pub/sub), in
 //! the same service (the release hands the lock to the waiter in its script), the
-//! Redisson-style baseline in two services (the waiter sleeps until the release's message), and
-//! the spinning raw baseline on two connections. Before each hand-off the waiter is seen
-//! blocked (for us: its service registered in the lock's waiting set on Redis, which the probe
-//! clears before the holder locks, or in the service's local line; Redisson-style: asleep on
-//! the channel; the raw baseline: an attempt failed), then the holder keeps the lock 1 ms more.
+//! Redisson-style baseline in two services (the waiter sleeps until the release's message), the
+//! spinning raw baseline on two connections, and the rslock peer in two `LockManager`s, one node
+//! each (no pub/sub: the waiter retries after rslock's random sleeps, with its defaults, see
+//! [`redlock`]). Before each hand-off the waiter is seen blocked (for us: its
+//! service registered in the lock's waiting set on Redis, which the probe clears before the
+//! holder locks, or in the service's local line; Redisson-style: asleep on the channel; the
+//! raw baseline: an attempt failed; rslock: Redis ran its `SET`, which failed), then the holder keeps the lock 1 ms more.
 //! PING round trips are sampled between hand-offs in the same run. The holder's and the
 //! waiter's side run on two peers (with `--current-thread`, two threads with a current-thread
 //! runtime each).
 //!
 //! Acquire attempts per wake-up are counted in a separate phase, for the variants across two
 //! instances: the waiter's connections then go through a relay that counts the script calls
-//! (EVALSHA) sent through it ([`Relay`]), and the attempts of a hand-off are the waiter's
-//! script calls from the holder's release call until the waiter's acquire returned (its
-//! release comes after). The relay adds a hop, so no latency is taken from that phase.
+//! (EVALSHA) and plain `SET`s sent through it ([`Relay`]), and the attempts of a hand-off are
+//! the waiter's script calls (rslock: its `SET`s) from the holder's release call until the
+//! waiter's acquire returned (its release comes after). The relay adds a hop, so no latency is taken from that phase.
 //!
 //! Targets, across services: median wake-up at most 1 PING round trip, p99 at most 2, at most
 //! one acquire attempt per wake-up, and fewer Redis commands per hand-off than the
-//! Redisson-style baseline.
+//! Redisson-style baseline. rslock's figures are printed as informational checks against the
+//! same bounds.
 
 use std::net::{Ipv4Addr, SocketAddr};
 use std::sync::Arc;
@@ -37,21 +40,24 @@ use crate::ctx::{Counts, Ctx, LEASE, Peer};
 use crate::error::{BoxError, Result};
 use crate::raw::{self, Raw};
 use crate::redisson::Redisson;
+use crate::redlock::{self, Rslock};
 use crate::relay::Relay;
 use crate::report::{Samples, Scenario, Target, f1, per_op};
 
-const NAMES: [&str; 4] = [
+const NAMES: [&str; 5] = [
     "LockService, 2 services (pub/sub)",
     "LockService, same service",
     "Redisson-style, 2 services (pub/sub)",
     "baseline (raw redis, spin)",
+    "rslock (1 node), 2 managers (retry after sleep)",
 ];
 const ACROSS: usize = 0;
 const SAME: usize = 1;
 const REDISSON: usize = 2;
 const SPIN: usize = 3;
+const RSLOCK: usize = 4;
 /// The variants whose waiter's attempts are counted (holder and waiter in two instances).
-const COUNTED: [usize; 3] = [ACROSS, REDISSON, SPIN];
+const COUNTED: [usize; 4] = [ACROSS, REDISSON, SPIN, RSLOCK];
 const KEY: &str = "bench:s4";
 const PINGS_PER_HANDOFF: usize = 5;
 /// The S4 targets: median and p99 wake-up within this many PING round trips.
@@ -131,6 +137,8 @@ struct Sides {
     b: LockService,
     redisson_a: Redisson,
     redisson_b: Redisson,
+    rslock_a: Rslock,
+    rslock_b: Rslock,
     holder: Raw,
     waiter: Raw,
     probe: Raw,
@@ -138,6 +146,8 @@ struct Sides {
     waiter_rt: Handle,
     /// The script calls of the waiter's side (its connections go through a relay), if counted.
     scripts: Option<Arc<AtomicU64>>,
+    /// The plain `SET`s of the waiter's side (rslock's attempts), if counted.
+    sets: Option<Arc<AtomicU64>>,
 }
 
 impl Sides {
@@ -146,6 +156,7 @@ impl Sides {
             ACROSS => self.lib_handoff(false).await,
             SAME => self.lib_handoff(true).await,
             REDISSON => self.redisson_handoff().await,
+            RSLOCK => self.rslock_handoff().await,
             _ => self.raw_handoff().await,
         }
     }
@@ -230,6 +241,34 @@ impl Sides {
         release_to_waiter(self.scripts.clone(), release, task).await
     }
 
+    /// One hand-off between two rslock managers; the waiter retries after rslock's sleeps.
+    async fn rslock_handoff(mut self) -> Result<Wake> {
+        let guard = self.rslock_a.acquire(KEY).await?;
+        // rslock tells nothing while it waits: the waiter is blocked once Redis ran its SET
+        // (which failed, the key being held)
+        let before = self.probe.calls("set").await?;
+        let (waiting, sets) = (self.rslock_b.clone(), self.sets.clone());
+        let task = self.waiter_rt.spawn(async move {
+            let guard = waiting.acquire(KEY).await?;
+            let acquired = Instant::now();
+            let seen = load(&sets);
+            guard.release().await;
+            Ok::<_, BoxError>((acquired, seen))
+        });
+        let asked = Instant::now();
+        while self.probe.calls("set").await? == before {
+            if asked.elapsed() > PROBE_LIMIT {
+                return Err("S4 rslock: the waiter never tried".into());
+            }
+            tokio::task::yield_now().await;
+        }
+        let release = async {
+            guard.release().await;
+            Ok(())
+        };
+        release_to_waiter(self.sets.clone(), release, task).await
+    }
+
     /// One hand-off between two baseline connections; the waiter spins.
     async fn raw_handoff(mut self) -> Result<Wake> {
         let key = raw::key(KEY);
@@ -266,50 +305,72 @@ impl Sides {
     }
 }
 
-/// Connects both sides: the holder's on `holder`, the waiter's on `waiter` through `redis_b`
-/// (the server itself, or a relay in front of it).
-async fn connect(
-    ctx: &Ctx,
-    holder: &Peer,
-    waiter: &Peer,
-    redis_b: Endpoint,
-    scripts: Option<Arc<AtomicU64>>,
-) -> Result<Sides> {
-    let (a, redisson_a, holder_raw) = connect_side(holder, ctx.redis.clone()).await?;
-    let (b, redisson_b, waiter_raw) = connect_side(waiter, redis_b).await?;
+/// Connects both sides: the holder's on `holder`, the waiter's on `waiter`, directly or
+/// through `relay` (whose counters then count the waiter's script calls and `SET`s).
+async fn connect(ctx: &Ctx, holder: &Peer, waiter: &Peer, relay: Option<&Relay>) -> Result<Sides> {
+    let redis_b = match relay {
+        Some(relay) => ctx.redis.via(relay.url()),
+        None => ctx.redis.clone(),
+    };
+    let a = connect_side(holder, ctx.redis.clone()).await?;
+    let b = connect_side(waiter, redis_b).await?;
     Ok(Sides {
-        a,
-        b,
-        redisson_a,
-        redisson_b,
-        holder: holder_raw,
-        waiter: waiter_raw,
+        a: a.service,
+        b: b.service,
+        redisson_a: a.redisson,
+        redisson_b: b.redisson,
+        rslock_a: a.rslock,
+        rslock_b: b.rslock,
+        holder: a.raw,
+        waiter: b.raw,
         probe: Raw::connect(&ctx.redis).await?,
         waiter_rt: waiter.handle().clone(),
-        scripts,
+        scripts: relay.map(Relay::scripts),
+        sets: relay.map(Relay::sets),
     })
 }
 
-/// One side's service, Redisson-style service and raw connection, made on `peer`'s runtime.
-async fn connect_side(peer: &Peer, redis: Endpoint) -> Result<(LockService, Redisson, Raw)> {
+/// One side's instance of every variant.
+struct Side {
+    service: LockService,
+    redisson: Redisson,
+    raw: Raw,
+    rslock: Rslock,
+}
+
+/// One side's service, Redisson-style service, raw connection and rslock manager, made on
+/// `peer`'s runtime.
+async fn connect_side(peer: &Peer, redis: Endpoint) -> Result<Side> {
     peer.run(async move {
-        Ok((
-            LockService::connect(redis.config()).await?,
-            Redisson::connect(&redis).await?,
-            Raw::connect(&redis).await?,
-        ))
+        Ok(Side {
+            service: LockService::connect(redis.config()).await?,
+            redisson: Redisson::connect(&redis).await?,
+            raw: Raw::connect(&redis).await?,
+            rslock: Rslock::connect(&redis).await?,
+        })
     })
     .await
+}
+
+/// How many of `n` hand-offs `variant` runs: all, but with `--quick` a third (at least one) for
+/// rslock, whose every wake-up waits out one of its sleeps (up to 200 ms; the others' take
+/// microseconds), so that the quick run stays quick.
+fn share(ctx: &Ctx, variant: usize, n: usize) -> usize {
+    if ctx.quick && variant == RSLOCK {
+        (n / 3).max(1)
+    } else {
+        n
+    }
 }
 
 pub(crate) async fn run(ctx: &Ctx) -> Result<Scenario> {
     let (handoffs, counted) = if ctx.quick { (20, 10) } else { (200, 50) };
     let peers = ctx.peers(2)?;
     let (holder, waiter) = (&peers[0], &peers[1]);
-    let sides = connect(ctx, holder, waiter, ctx.redis.clone(), None).await?;
+    let sides = connect(ctx, holder, waiter, None).await?;
     let mut ping = Raw::connect(&ctx.redis).await?;
     for variant in 0..NAMES.len() {
-        for _ in 0..5 {
+        for _ in 0..share(ctx, variant, 5) {
             holder.run(sides.clone().handoff(variant)).await?;
         }
     }
@@ -323,7 +384,7 @@ pub(crate) async fn run(ctx: &Ctx) -> Result<Scenario> {
             let variant = (round + i) % NAMES.len();
             let (mut samples, mut call_samples) = (Samples::default(), Samples::default());
             ctx.reset()?;
-            for _ in 0..handoffs / rounds {
+            for _ in 0..share(ctx, variant, handoffs / rounds) {
                 for _ in 0..PINGS_PER_HANDOFF {
                     let t = Instant::now();
                     ping.ping().await?;
@@ -333,7 +394,11 @@ pub(crate) async fn run(ctx: &Ctx) -> Result<Scenario> {
                 samples.push_us(w.from_return);
                 call_samples.push_us(w.from_call);
             }
-            counts[variant].add(&ctx.read()?);
+            let mut c = ctx.read()?;
+            if variant == RSLOCK {
+                c.sent_plain(&redlock::PLAIN);
+            }
+            counts[variant].add(&c);
             wake[variant].extend(&samples);
             from_call[variant].extend(&call_samples);
         }
@@ -342,12 +407,11 @@ pub(crate) async fn run(ctx: &Ctx) -> Result<Scenario> {
 
     // The attempts: the waiter's side through a counting relay.
     let relay = Relay::start(SocketAddr::from((Ipv4Addr::LOCALHOST, ctx.masters[0]))).await?;
-    let through = ctx.redis.via(relay.url());
-    let sides = connect(ctx, holder, waiter, through, Some(relay.scripts())).await?;
+    let sides = connect(ctx, holder, waiter, Some(&relay)).await?;
     let mut attempts = vec![Vec::<u64>::new(); NAMES.len()];
     for variant in COUNTED {
         holder.run(sides.clone().handoff(variant)).await?;
-        for _ in 0..counted {
+        for _ in 0..share(ctx, variant, counted) {
             let w = holder.run(sides.clone().handoff(variant)).await?;
             attempts[variant].extend(w.attempts);
         }
@@ -390,15 +454,30 @@ pub(crate) async fn run(ctx: &Ctx) -> Result<Scenario> {
                 .into(),
             format!(
                 "per hand-off: holder acquire + waiter's failed attempt(s) (Redisson-style: and \
-                 its subscribe, its attempt after it, its unsubscribe) + release + waiter \
-                 acquire + waiter release; the baseline spins during the \
-                 {HOLD_AFTER_BLOCKED:?} hold after the waiter was seen blocked"
+                 its subscribe, its attempt after it, its unsubscribe; rslock: a SET and a \
+                 compare-and-delete EVALSHA each) + release + waiter acquire + waiter release; \
+                 the baseline spins during the {HOLD_AFTER_BLOCKED:?} hold after the waiter was \
+                 seen blocked"
             ),
             format!(
-                "attempts/wake-up: the waiter's script calls (EVALSHA) from the holder's release \
-                 call until its acquire returned, counted by a relay in front of the waiter's \
-                 connections in {counted} more hand-offs per variant (not timed); the same \
-                 service's hand-off happens inside the release script"
+                "attempts/wake-up: the waiter's script calls (EVALSHA; rslock: its SETs) from the \
+                 holder's release call until its acquire returned, counted by a relay in front \
+                 of the waiter's connections in {counted} more hand-offs per variant (not \
+                 timed); the same service's hand-off happens inside the release script"
+            ),
+            format!(
+                "{}: rslock 0.10's LockManager::acquire with its defaults (3 attempts per lock() \
+                 call, a random 0-200 ms sleep between two, none between two calls) and the 5 s \
+                 lease as its TTL; it has no pub/sub: the waiter's next attempt after the \
+                 release ends its wake-up; {} timed hand-offs, {} counted{}",
+                NAMES[RSLOCK],
+                wake[RSLOCK].len(),
+                attempts[RSLOCK].len(),
+                if ctx.quick {
+                    " (--quick: a third of the others', its wake-ups wait out its sleeps)"
+                } else {
+                    ""
+                }
             ),
         ],
         targets: Vec::new(),
@@ -481,6 +560,33 @@ pub(crate) async fn run(ctx: &Ctx) -> Result<Scenario> {
         format!("{}: cmds/hand-off < {}", NAMES[ACROSS], NAMES[REDISSON]),
         format!("{:.2} vs {:.2}", per_handoff(ACROSS), per_handoff(REDISSON)),
         per_handoff(ACROSS) < per_handoff(REDISSON),
+    ));
+    let (median, p99) = (wake[RSLOCK].median(), wake[RSLOCK].pct(0.99));
+    scenario.targets.push(Target::info(
+        format!(
+            "{}: median wake-up <= {TARGET_MEDIAN_RTTS} PING RTT",
+            NAMES[RSLOCK]
+        ),
+        rtts(median),
+        median / rtt_median <= TARGET_MEDIAN_RTTS,
+    ));
+    scenario.targets.push(Target::info(
+        format!(
+            "{}: p99 wake-up <= {TARGET_P99_RTTS} PING RTTs",
+            NAMES[RSLOCK]
+        ),
+        rtts(p99),
+        p99 / rtt_median <= TARGET_P99_RTTS,
+    ));
+    scenario.targets.push(Target::info(
+        format!("{}: at most 1 acquire attempt per wake-up", NAMES[RSLOCK]),
+        format!(
+            "max {}, mean {:.2} over {} hand-offs",
+            attempts_max(RSLOCK),
+            attempts_mean(RSLOCK),
+            attempts[RSLOCK].len()
+        ),
+        attempts_max(RSLOCK) <= 1 && !attempts[RSLOCK].is_empty(),
     ));
     let same = wake[SAME].median();
     scenario.targets.push(Target::info(
