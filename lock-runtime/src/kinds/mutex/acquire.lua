@@ -16,12 +16,16 @@ local function acquire(lock, fence_key, queue, _, owner, grant_id, lease, horizo
     if horizon == '-1' then
       return 0, -2, 0
     end
-    -- free, and no turn reserved: whoever asks first takes it. Services still registered as
-    -- waiting (a turn ran out unclaimed, a lease ran out) make its release give the next turn.
+    -- free, and no turn reserved: whoever asks first takes it. This service no longer counts
+    -- as waiting; others still registered (a turn ran out unclaimed, a lease ran out) make its
+    -- release give the next turn.
     local token = next_token(fence_key)
     local state = 'H'
     if redis.call('exists', queue) == 1 then
-      state = 'W'
+      redis.call('zrem', queue, service)
+      if redis.call('exists', queue) == 1 then
+        state = 'W'
+      end
     end
     redis.call('set', lock, held(state, token, grant_id, owner), 'px', lease_ms)
     return 1, tonumber(token), 0
