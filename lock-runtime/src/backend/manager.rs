@@ -20,15 +20,12 @@ const FIRST_PAUSE: Duration = Duration::from_millis(50);
 /// The longest pause between two new managers.
 const LONGEST_PAUSE: Duration = Duration::from_secs(2);
 
-/// Makes the client a new manager logs in with (the credentials may have changed).
-pub(super) type MakeClient = Arc<dyn Fn() -> RedisResult<redis::Client> + Send + Sync>;
-
 /// A `ConnectionManager` replaced by a new one when Redis refuses its login; cloning shares it.
 #[derive(Clone)]
 pub(super) struct Manager(Arc<Inner>);
 
 struct Inner {
-    make_client: MakeClient,
+    client: redis::Client,
     config: ConnectionManagerConfig,
     current: RwLock<ConnectionManager>,
     /// A login was refused since the last call that went through.
@@ -40,12 +37,12 @@ struct Inner {
 impl Manager {
     /// Connects a manager (errors as `ConnectionManager::new_with_config` gives them).
     pub(super) async fn connect(
-        make_client: MakeClient,
+        client: redis::Client,
         config: ConnectionManagerConfig,
     ) -> RedisResult<Manager> {
-        let manager = ConnectionManager::new_with_config(make_client()?, config.clone()).await?;
+        let manager = ConnectionManager::new_with_config(client.clone(), config.clone()).await?;
         Ok(Manager(Arc::new(Inner {
-            make_client,
+            client,
             config,
             current: RwLock::new(manager),
             refused: AtomicBool::new(false),
@@ -69,30 +66,18 @@ impl Manager {
         F: Fn(ConnectionManager) -> Fut,
         Fut: std::future::Future<Output = RedisResult<T>>,
     {
-        let result = call(self.current()).await;
-        match &result {
-            Ok(_) => {
-                if self.0.refused.swap(false, Ordering::Relaxed) {
-                    let mut retry = self.0.retry.lock().unwrap_or_else(|e| e.into_inner());
-                    retry.1 = FIRST_PAUSE;
-                }
-                result
+        let mut result = call(self.current()).await;
+        if result.as_ref().is_err_and(login_refused) {
+            self.0.refused.store(true, Ordering::Relaxed);
+            if self.replace() {
+                result = call(self.current()).await;
             }
-            Err(e) if login_refused(e) => {
-                self.0.refused.store(true, Ordering::Relaxed);
-                if !self.replace() {
-                    return result;
-                }
-                let again = call(self.current()).await;
-                if again.is_ok() {
-                    self.0.refused.store(false, Ordering::Relaxed);
-                    let mut retry = self.0.retry.lock().unwrap_or_else(|e| e.into_inner());
-                    retry.1 = FIRST_PAUSE;
-                }
-                again
-            }
-            Err(_) => result,
         }
+        if result.is_ok() && self.0.refused.swap(false, Ordering::Relaxed) {
+            let mut retry = self.0.retry.lock().unwrap_or_else(|e| e.into_inner());
+            retry.1 = FIRST_PAUSE;
+        }
+        result
     }
 
     /// Puts a new manager in place unless the backoff says wait; whether it did.
@@ -106,9 +91,8 @@ impl Manager {
             *retry = (now + retry.1, (retry.1 * 2).min(LONGEST_PAUSE));
         }
         // lazy: it logs in at its first call, which reports how that went
-        let fresh = (self.0.make_client)().and_then(|client| {
-            ConnectionManager::new_lazy_with_config(client, self.0.config.clone())
-        });
+        let fresh =
+            ConnectionManager::new_lazy_with_config(self.0.client.clone(), self.0.config.clone());
         match fresh {
             Ok(fresh) => {
                 tracing::debug!("redis refused the login; connecting again");

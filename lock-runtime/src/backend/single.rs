@@ -1,13 +1,11 @@
 //! One server (single mode, a static master, or the master a sentinel names): auto-reconnecting
 //! RESP3 connections.
 
-use std::sync::Arc;
-
 use redis::aio::ConnectionManagerConfig;
 use redis::{IntoConnectionInfo, ProtocolVersion, PushInfo};
 use tokio::sync::mpsc::UnboundedSender;
 
-use super::manager::{MakeClient, Manager};
+use super::manager::Manager;
 use super::probe;
 use crate::config::{LockConfig, redacted};
 use crate::error::{ErrorKind, LockError};
@@ -28,18 +26,17 @@ impl Single {
         synced: bool,
     ) -> Result<Single, LockError> {
         let client = client(url, config)?;
-        let make_client: MakeClient = Arc::new(move || Ok(client.clone()));
         let connect = async {
-            let commands = Manager::connect(make_client.clone(), manager_config(config)).await?;
+            let commands = Manager::connect(client.clone(), manager_config(config)).await?;
             let subscriber = Manager::connect(
-                make_client.clone(),
+                client.clone(),
                 manager_config(config)
                     .set_push_sender(push)
                     .set_automatic_resubscription(),
             )
             .await?;
             let synced = match synced {
-                true => Some(Manager::connect(make_client, manager_config(config)).await?),
+                true => Some(Manager::connect(client, manager_config(config)).await?),
                 false => None,
             };
             Ok::<_, redis::RedisError>(Single {
