@@ -53,52 +53,58 @@ pub struct LockSpec {
 /// calls in it re-enter the hold), and releases after it; a panic or cancellation releases in
 /// the background (guard drop). When the lock cannot be had within the wait, the body does not
 /// run and the timeout error is returned.
-pub async fn run_locked<T, E, F>(spec: LockSpec, body: F) -> Result<T, E>
+///
+/// Not an `async fn`: the body is boxed before anything else, so the annotated fn's future holds
+/// a pointer to it rather than the body itself (see `context::run_body`).
+pub fn run_locked<T, E, F>(spec: LockSpec, body: F) -> impl Future<Output = Result<T, E>>
 where
     F: Future<Output = Result<T, E>>,
     E: From<LockError>,
 {
-    let service = registry::global().await?;
-    let wait = match spec.wait {
-        Wait::For(d) => Some(d),
-        Wait::Forever => None,
-        Wait::Default => match service.config().default_wait() {
-            DefaultWait::For(d) => Some(d),
-            DefaultWait::Forever => None,
-        },
-    };
-    let on_lost = match spec.on_lost {
-        OnLost::Fail => context::OnLost::Fail,
-        OnLost::Continue => context::OnLost::Continue,
-    };
-    let (lease, label) = (spec.lease, spec.metric_label);
-    match spec.locks {
-        Locks::Lock(key) => {
-            let mut request = service.lock(key).wait_at_most(wait).metric_label(label);
-            if let Some(lease) = lease {
-                request = request.lease(lease);
+    let body = Box::pin(body);
+    async move {
+        let service = registry::global().await?;
+        let wait = match spec.wait {
+            Wait::For(d) => Some(d),
+            Wait::Forever => None,
+            Wait::Default => match service.config().default_wait() {
+                DefaultWait::For(d) => Some(d),
+                DefaultWait::Forever => None,
+            },
+        };
+        let on_lost = match spec.on_lost {
+            OnLost::Fail => context::OnLost::Fail,
+            OnLost::Continue => context::OnLost::Continue,
+        };
+        let (lease, label) = (spec.lease, spec.metric_label);
+        match spec.locks {
+            Locks::Lock(key) => {
+                let mut request = service.lock(key).wait_at_most(wait).metric_label(label);
+                if let Some(lease) = lease {
+                    request = request.lease(lease);
+                }
+                let guard = request.await?;
+                context::run_body(vec![guard.core], on_lost, body).await?
             }
-            let guard = request.await?;
-            context::run_body(vec![guard.core], on_lost, body).await?
-        }
-        Locks::Read(key) => {
-            let core = rw_core(service.read(key).metric_label(label), lease, wait).await?;
-            context::run_body(vec![core], on_lost, body).await?
-        }
-        Locks::Write(key) => {
-            let core = rw_core(service.write(key).metric_label(label), lease, wait).await?;
-            context::run_body(vec![core], on_lost, body).await?
-        }
-        Locks::All(keys) => {
-            let mut request = service
-                .lock_all(keys)
-                .wait_at_most(wait)
-                .metric_label(label);
-            if let Some(lease) = lease {
-                request = request.lease(lease);
+            Locks::Read(key) => {
+                let core = rw_core(service.read(key).metric_label(label), lease, wait).await?;
+                context::run_body(vec![core], on_lost, body).await?
             }
-            let guard = request.await?;
-            context::run_body(guard.into_cores(), on_lost, body).await?
+            Locks::Write(key) => {
+                let core = rw_core(service.write(key).metric_label(label), lease, wait).await?;
+                context::run_body(vec![core], on_lost, body).await?
+            }
+            Locks::All(keys) => {
+                let mut request = service
+                    .lock_all(keys)
+                    .wait_at_most(wait)
+                    .metric_label(label);
+                if let Some(lease) = lease {
+                    request = request.lease(lease);
+                }
+                let guard = request.await?;
+                context::run_body(guard.into_cores(), on_lost, body).await?
+            }
         }
     }
 }
@@ -174,14 +180,16 @@ pub fn assert_output_type<O: LockOutput>() {}
 
 /// [`run_locked`] for return types other than `…Result<T, E>`: a lock error becomes the
 /// output through [`LockOutput`].
-pub async fn run_locked_output<O, F>(spec: LockSpec, body: F) -> O
+pub fn run_locked_output<O, F>(spec: LockSpec, body: F) -> impl Future<Output = O>
 where
     F: Future<Output = O>,
     O: LockOutput,
 {
-    let wrapped = async move { Ok::<O, LockError>(body.await) };
-    match run_locked::<O, LockError, _>(spec, wrapped).await {
-        Ok(output) => output,
-        Err(error) => O::from_lock_error(error),
+    let locked = run_locked::<O, LockError, _>(spec, async move { Ok(body.await) });
+    async move {
+        match locked.await {
+            Ok(output) => output,
+            Err(error) => O::from_lock_error(error),
+        }
     }
 }

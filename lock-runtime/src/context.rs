@@ -2,7 +2,7 @@
 //! [`LockRequest::run`](crate::LockRequest::run)), and what it can read about that lock.
 
 use std::future::Future;
-use std::pin::pin;
+use std::pin::{Pin, pin};
 
 use crate::engine::{Guard, guard};
 use crate::error::{ErrorKind, LockError};
@@ -69,10 +69,15 @@ pub(crate) enum OnLost {
 /// Returns `Err` (kind `Lost`) when a lock was lost while the body ran and `on_lost` stopped
 /// it, and - whatever `on_lost` says - when one was lost before the body started: the body does
 /// not start then, and the holds are released.
+///
+/// The body comes boxed: a locked body is often itself a future that awaits locked bodies
+/// (nested annotated fns, `join!` of them), and carried by value through the layers below it
+/// would be stored once per layer, so that nesting multiplied a future's size (100 KB for two
+/// levels in a debug build, enough to overflow a thread's stack).
 pub(crate) async fn run_body<T>(
     mut cores: Vec<Guard>,
     on_lost: OnLost,
-    body: impl Future<Output = T>,
+    body: Pin<Box<impl Future<Output = T>>>,
 ) -> Result<T, LockError> {
     let Some(first) = cores.first() else {
         // `lock_all` refuses an empty list before acquiring anything

@@ -150,7 +150,7 @@ impl<'a> LockRequest<'a> {
     {
         let guard = self.await?;
         let held = Held::of(&guard.core);
-        context::run_body(vec![guard.core], OnLost::Fail, body(held)).await
+        context::run_body(vec![guard.core], OnLost::Fail, Box::pin(body(held))).await
     }
 
     /// Acquire as `owner`: the lock re-enters that owner's holds, wherever they are (see

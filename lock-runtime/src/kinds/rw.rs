@@ -200,7 +200,7 @@ impl<G: Send + 'static> RwRequest<'_, G> {
     {
         let core = self.acquire_core().await?;
         let held = Held::of(&core);
-        context::run_body(vec![core], OnLost::Fail, body(held)).await
+        context::run_body(vec![core], OnLost::Fail, Box::pin(body(held))).await
     }
 
     /// Acquires and returns the engine's guard of the hold, for a locked body ([`run`](Self::run),

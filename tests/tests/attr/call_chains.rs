@@ -336,3 +336,18 @@ async fn a_second_lock_of_a_key_this_task_holds_is_refused_at_once() {
     assert!(!locks.is_locked(&key).await.unwrap());
     assert!(!locks.is_locked(&format!("thrice:{name}")).await.unwrap());
 }
+
+/// A locked fn's future holds its body boxed: one that joins two locked calls is no bigger than
+/// one of them, however deep such calls nest (carried by value, the body was stored once per
+/// layer of the engine: 100 KB for `outer_entry`, which overflowed a test thread's 2 MB stack in
+/// a debug build).
+#[test]
+fn a_locked_fn_future_does_not_grow_with_the_locked_calls_in_its_body() {
+    let seen = Concurrency::default();
+    let inner = std::mem::size_of_val(&inner_entry("a", &seen));
+    let outer = std::mem::size_of_val(&outer_entry("a", &seen));
+    assert!(
+        outer <= inner,
+        "the future of a locked fn joining two locked calls takes {outer} bytes, one call {inner}"
+    );
+}
