@@ -208,7 +208,8 @@ pub use registry::{
 pub use service::LockService;
 pub use vocab::{HoldMode, LockKind, LossReason};
 
-/// Runs an async fn only while it holds a distributed lock; see the `lock-macros` crate docs.
+#[doc = include_str!("distributed_lock.md")]
+///
 #[cfg(feature = "macros")]
 #[cfg_attr(docsrs, doc(cfg(feature = "macros")))]
 pub use lock_macros::distributed_lock;
