@@ -147,3 +147,8 @@ mod tests {
         }
     }
 }
+
+/// The crate's README, whose examples are compiled as doctests.
+#[cfg(doctest)]
+#[doc = include_str!("../README.md")]
+struct ReadmeDoctests;

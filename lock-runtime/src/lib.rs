@@ -14,14 +14,14 @@
 //! }
 //!
 //! # async fn start() -> Result<(), LockError> {
-//! lock_runtime::init_from_file("lock.toml").await?; // or let the first call load ./lock.toml
+//! lock_runtime::init_from_file("lock.toml").await?; // or let the first call find lock.toml
 //! decrease_stock(42, 1).await?;
 //! # Ok(()) }
 //! ```
 //!
 //! `kind = "read"` / `kind = "write"` run the body under a read or write hold of the
 //! read-write lock `key`; `keys = ["account:<from>", "account:<to>"]` under all of several
-//! mutexes (see the lock family below and the `lock-macros` crate docs).
+//! mutexes (see the lock family below and [`distributed_lock`]).
 //!
 //! # The programmatic API
 //!
@@ -213,3 +213,8 @@ pub use vocab::{HoldMode, LockKind, LossReason};
 #[cfg(feature = "macros")]
 #[cfg_attr(docsrs, doc(cfg(feature = "macros")))]
 pub use lock_macros::distributed_lock;
+
+/// The crate's README, whose examples are compiled as doctests.
+#[cfg(doctest)]
+#[doc = include_str!("../README.md")]
+struct ReadmeDoctests;

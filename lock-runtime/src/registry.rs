@@ -1,7 +1,8 @@
 //! The process-wide [`LockService`] that annotated fns use.
 //!
 //! Set it up once with [`init`] or [`init_from_file`]; or let the first annotated call load
-//! `$LOCK_CONFIG`, else `./lock.toml`.
+//! the file named by `$LOCK_CONFIG`, else `lock.toml` in the working directory, else `lock.toml`
+//! beside the executable.
 //!
 //! The global service drives its connections, watchdog and subscriber on a small runtime of its
 //! own (one thread), so it keeps working when it is used from several tokio runtimes or the
@@ -26,7 +27,8 @@ static GLOBAL: OnceCell<LockService> = OnceCell::const_new();
 
 /// The environment variable naming the config file loaded on first use.
 pub const CONFIG_ENV: &str = "LOCK_CONFIG";
-/// The config file loaded on first use when `$LOCK_CONFIG` is not set.
+/// The config file loaded on first use when `$LOCK_CONFIG` is not set: looked for in the working
+/// directory, then beside the executable.
 pub const DEFAULT_CONFIG_FILE: &str = "lock.toml";
 
 /// Connects the process-wide lock service with `config`.
@@ -63,7 +65,8 @@ pub async fn init_from_file(path: impl AsRef<Path>) -> Result<&'static LockServi
 }
 
 /// The process-wide lock service; on first use without [`init`], connects with the file named
-/// by `$LOCK_CONFIG`, or `./lock.toml`.
+/// by `$LOCK_CONFIG`, else `lock.toml` in the working directory, else `lock.toml` beside the
+/// executable.
 ///
 /// # Errors
 /// [`ErrorKind::NotInitialized`] when neither `init` was called nor a config file exists; the
@@ -81,7 +84,8 @@ pub async fn global() -> Result<&'static LockService, LockError> {
         .await
 }
 
-/// Sets up the process-wide service from `$LOCK_CONFIG`, else `./lock.toml` - what the first
+/// Sets up the process-wide service from `$LOCK_CONFIG`, else `./lock.toml`, else `lock.toml`
+/// beside the executable - what the first
 /// annotated call would do - and reports a missing or broken configuration or an unreachable
 /// Redis now. Call it at start-up, so that such a mistake stops the service from starting
 /// instead of failing every locked request later.
@@ -126,22 +130,38 @@ pub fn try_global() -> Option<&'static LockService> {
     GLOBAL.get()
 }
 
+/// Where the configuration is read from when none was given: `$LOCK_CONFIG`; else `lock.toml` in
+/// the working directory; else `lock.toml` in the directory of the running executable (a
+/// service deployed as a binary with its config file beside it, started from anywhere).
 fn config_path() -> Result<PathBuf, LockError> {
     if let Some(path) = std::env::var_os(CONFIG_ENV) {
         return Ok(PathBuf::from(path));
     }
-    let default = PathBuf::from(DEFAULT_CONFIG_FILE);
-    if default.exists() {
-        return Ok(default);
+    let in_working_dir = PathBuf::from(DEFAULT_CONFIG_FILE);
+    if in_working_dir.exists() {
+        return Ok(in_working_dir);
     }
-    let cwd = std::env::current_dir()
-        .map(|d| d.display().to_string())
-        .unwrap_or_else(|_| ".".to_owned());
+    let mut looked = vec![
+        std::env::current_dir()
+            .map(|d| d.join(DEFAULT_CONFIG_FILE).display().to_string())
+            .unwrap_or_else(|_| format!("./{DEFAULT_CONFIG_FILE}")),
+    ];
+    let beside_exe = std::env::current_exe()
+        .ok()
+        .and_then(|exe| exe.parent().map(|dir| dir.join(DEFAULT_CONFIG_FILE)));
+    if let Some(path) = beside_exe {
+        if path.exists() {
+            return Ok(path);
+        }
+        looked.push(path.display().to_string());
+    }
     Err(LockError::new(
         ErrorKind::NotInitialized,
         format!(
             "no lock service: call lock_runtime::init(..) at start-up, or set ${CONFIG_ENV} to a \
-             config file, or create ./{DEFAULT_CONFIG_FILE} (looked in {cwd})"
+             config file, or create {DEFAULT_CONFIG_FILE} in the working directory or beside \
+             the executable (looked for {})",
+            looked.join(" and ")
         ),
     ))
 }

@@ -19,6 +19,9 @@
 //! lock-worker <config.toml> annotated <key>
 //!     starts the global service from the file and calls an annotated fn on "order:<key>" that
 //!     calls another one on the same key; prints "ok <fence> <hold count inside>"
+//! lock-worker from-env annotated <key>
+//!     the same with the global service set up by `init_from_env` (`$LOCK_CONFIG`, else a
+//!     `lock.toml` in the working directory or beside the executable)
 //! lock-worker <redis url | config.toml> history <lock key> <resource url> <resource key>
 //!             <seconds> <lease ms, 0 = watchdog> [work=<ms>] [wait=<ms>] [name=<name>]
 //!             [stop-point=<n> stop-window=<ms>]
@@ -63,6 +66,14 @@ use lock_tests::history::{
 async fn main() {
     let args: Vec<String> = std::env::args().skip(1).collect();
     let url = &args[0];
+    if url == "from-env" && args[1] == "annotated" {
+        lock_runtime::init_from_env()
+            .await
+            .expect("init from the environment");
+        let (fence, count) = checkout(&args[2]).await.expect("annotated call");
+        println!("ok {fence} {count}");
+        return;
+    }
     let watchdog_ms: u64 = match args[1].as_str() {
         "hold" | "hold-read" | "hold-write" => {
             args.get(4).and_then(|a| a.parse().ok()).unwrap_or(30_000)

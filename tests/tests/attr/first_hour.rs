@@ -5,8 +5,12 @@ use axum::Router;
 use axum::body::Body;
 use axum::routing::post;
 use lock_runtime::middleware::tower::OwnerScopeLayer;
-use lock_runtime::{ErrorKind, LockError, distributed_lock};
+use lock_runtime::{CONFIG_ENV, ErrorKind, LockError, distributed_lock};
+use lock_tests::harness::unique_key;
+use std::time::Duration;
 use tower::ServiceExt;
+
+use crate::common::{Fixture, Worker};
 
 #[distributed_lock(key = "goods:<id>", wait = "1s")]
 async fn buy(id: u64) -> Result<String, LockError> {
@@ -42,4 +46,38 @@ async fn no_configuration_is_a_500_and_init_from_env_says_so_at_start_up() {
         .unwrap();
     let json: serde_json::Value = serde_json::from_slice(&body).unwrap();
     assert_eq!(json["error"], "lock_error", "{json}");
+}
+
+/// A service deployed as a binary with its `lock.toml` beside it finds the file wherever it is
+/// started from: no `$LOCK_CONFIG`, no `lock.toml` in the working directory.
+#[tokio::test]
+async fn init_from_env_finds_the_config_file_beside_the_executable() {
+    let fx = Fixture::single().await;
+    let dir = tempfile::tempdir().unwrap();
+    let (bin, elsewhere) = (dir.path().join("bin"), dir.path().join("elsewhere"));
+    std::fs::create_dir(&bin).unwrap();
+    std::fs::create_dir(&elsewhere).unwrap();
+    let exe = bin.join("lock-worker");
+    std::fs::copy(env!("CARGO_BIN_EXE_lock-worker"), &exe).unwrap();
+    let written = fx.config_file(&bin, Duration::from_secs(30), "");
+    std::fs::rename(written, bin.join("lock.toml")).unwrap();
+
+    let key = unique_key("beside");
+    let args = ["from-env", "annotated", key.as_str()];
+    let mut worker = Worker::spawn_program_in(exe.to_str().unwrap(), &args, &elsewhere, CONFIG_ENV);
+    let line = worker.line(Duration::from_secs(30)).await;
+    assert!(line.starts_with("ok "), "{line}");
+    assert!(worker.success(Duration::from_secs(10)).await);
+
+    // the working directory's file comes first
+    std::fs::write(
+        elsewhere.join("lock.toml"),
+        "[redis]\nmode = \"nonsense\"\n",
+    )
+    .unwrap();
+    let worker = Worker::spawn_program_in(exe.to_str().unwrap(), &args, &elsewhere, CONFIG_ENV);
+    assert!(
+        !worker.success(Duration::from_secs(30)).await,
+        "started with the file beside the executable although the working directory has one"
+    );
 }

@@ -278,12 +278,35 @@ impl Worker {
         Worker::start_program(exe, args, false)
     }
 
+    /// Starts `exe` with `args` like [`Worker::spawn_program`], in the working directory `cwd`
+    /// and without the environment variable `unset`.
+    pub fn spawn_program_in(
+        exe: &str,
+        args: &[&str],
+        cwd: &std::path::Path,
+        unset: &str,
+    ) -> Worker {
+        Worker::start_command(exe, args, false, |cmd| {
+            cmd.current_dir(cwd).env_remove(unset);
+        })
+    }
+
     fn start(args: &[&str], stdin: bool) -> Worker {
         Worker::start_program(env!("CARGO_BIN_EXE_lock-worker"), args, stdin)
     }
 
     fn start_program(exe: &str, args: &[&str], stdin: bool) -> Worker {
+        Worker::start_command(exe, args, stdin, |_| {})
+    }
+
+    fn start_command(
+        exe: &str,
+        args: &[&str],
+        stdin: bool,
+        configure: impl FnOnce(&mut std::process::Command),
+    ) -> Worker {
         let mut cmd = std::process::Command::new(exe);
+        configure(&mut cmd);
         cmd.args(args)
             .stdin(if stdin { Stdio::piped() } else { Stdio::null() })
             .stdout(Stdio::piped());
