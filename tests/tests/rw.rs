@@ -744,13 +744,13 @@ async fn every_reader_has_its_own_lease() {
     let a = fx.service(watchdog).await;
     let b = fx.service(LONG).await;
     let key = unique_key("leases");
-    let mut short = b
+    let short = b
         .read(&key)
         .lease(Duration::from_millis(300))
         .await
         .unwrap();
     let watched = a.read(&key).await.unwrap();
-    let mut long = b.read(&key).lease(LONG).await.unwrap();
+    let long = b.read(&key).lease(LONG).await.unwrap();
     let why = tokio::time::timeout(Duration::from_secs(3), short.lost())
         .await
         .expect("the short share runs out");
@@ -1156,12 +1156,12 @@ async fn extend_on_a_lost_hold_is_not_held() {
         let key = unique_key("extend-live");
         let first = Duration::from_millis(300);
         let valid = if write {
-            let mut w = a.write(&key).lease(first).await.unwrap();
+            let w = a.write(&key).lease(first).await.unwrap();
             w.extend(Duration::from_secs(5)).await.unwrap();
             assert!(tokio::time::timeout(first * 2, w.lost()).await.is_err());
             w.release().await.map(|()| !fx.exists(&rw_key(&key)))
         } else {
-            let mut r = a.read(&key).lease(first).await.unwrap();
+            let r = a.read(&key).lease(first).await.unwrap();
             r.extend(Duration::from_secs(5)).await.unwrap();
             assert!(tokio::time::timeout(first * 2, r.lost()).await.is_err());
             r.release().await.map(|()| !fx.exists(&rw_key(&key)))

@@ -2,7 +2,7 @@
 //! its fencing token, lease and validity deadline, release and extension.
 
 use std::collections::HashMap;
-use std::sync::Arc;
+use std::sync::{Arc, Mutex, PoisonError};
 use std::time::{Duration, Instant};
 
 use redis::cluster_routing::Slot;
@@ -31,7 +31,9 @@ pub(crate) struct Guard {
     /// The grant (generation) this guard belongs to.
     grant: GrantId,
     fence: u64,
-    lease: Option<Duration>,
+    /// The fixed lease (`None`: renewed by the watchdog, which an extension does not change);
+    /// behind a lock so that `extend` takes `&self`.
+    lease: Mutex<Option<Duration>>,
     /// Shared with the other guards of the grant: loss signal and validity deadline.
     cell: Arc<HoldCell>,
     acquired: Instant,
@@ -73,7 +75,7 @@ impl Guard {
             field,
             grant,
             fence,
-            lease,
+            lease: Mutex::new(lease),
             cell,
             acquired: Instant::now(),
             released: false,
@@ -134,7 +136,7 @@ impl Guard {
     }
 
     pub(crate) fn lease(&self) -> Option<Duration> {
-        self.lease
+        *self.lease.lock().unwrap_or_else(PoisonError::into_inner)
     }
 
     pub(crate) fn is_lost(&self) -> bool {
@@ -158,7 +160,7 @@ impl Guard {
                 () = tokio::time::sleep_until(until.into()) => {
                     if Instant::now() >= self.cell.valid_until() {
                         self.cell.report_lost(LossReason::LeaseRanOut);
-                        break match self.lease {
+                        break match self.lease() {
                             Some(_) => "its lease ran out",
                             None => "it could not be renewed before its lease ran out",
                         };
@@ -223,13 +225,13 @@ impl Guard {
     /// lock in several of them) is lengthened but never shortened: the others count on the
     /// expiry they were told, so the key's TTL and this guard's validity deadline only move
     /// forward then, and a fixed lease becomes the longer of the old and the new one.
-    pub(crate) async fn extend(&mut self, lease: Duration) -> Result<(), LockError> {
-        extend_all(&mut [self], lease).await
+    pub(crate) async fn extend(&self, lease: Duration) -> Result<(), LockError> {
+        extend_all(&[self], lease).await
     }
 
     /// Takes the renew script's flag for this hold from a call sent at `sent` that set its
     /// lease to `lease` from then.
-    fn extended(&mut self, flag: i64, sent: Instant, lease: Duration) -> Result<(), LockError> {
+    fn extended(&self, flag: i64, sent: Instant, lease: Duration) -> Result<(), LockError> {
         match flag {
             1 => {
                 let until = valid_until(sent, Engine::millis(lease));
@@ -237,7 +239,7 @@ impl Guard {
                     self.cell.extend_to(until);
                 } else {
                     self.cell.set_valid_until(until);
-                    self.lease = Some(lease);
+                    *self.lease.lock().unwrap_or_else(PoisonError::into_inner) = Some(lease);
                 }
                 Ok(())
             }
@@ -245,8 +247,9 @@ impl Guard {
                 // shared with other processes: lengthened at most, never shortened
                 self.cell
                     .extend_to(valid_until(sent, Engine::millis(lease)));
-                if let Some(old) = self.lease {
-                    self.lease = Some(old.max(lease));
+                let mut fixed = self.lease.lock().unwrap_or_else(PoisonError::into_inner);
+                if let Some(old) = *fixed {
+                    *fixed = Some(old.max(lease));
                 }
                 Ok(())
             }
@@ -271,7 +274,7 @@ impl Guard {
     }
 
     fn watched(&self) -> bool {
-        self.lease.is_none()
+        self.lease().is_none()
     }
 
     /// Records how long the hold was held, when this is its first guard.
@@ -320,7 +323,7 @@ impl std::fmt::Debug for Guard {
             .field("key", &self.key())
             .field("owner", &self.owner)
             .field("fence", &self.fence)
-            .field("lease", &self.lease)
+            .field("lease", &self.lease())
             .field("lost", &self.is_lost())
             .finish()
     }
@@ -350,10 +353,7 @@ pub(crate) async fn lost_any(guards: &[&Guard]) -> LockError {
 ///
 /// # Errors
 /// The first error: `NotHeld` for a hold that was lost (known here, or found gone on Redis).
-pub(crate) async fn extend_all(
-    guards: &mut [&mut Guard],
-    lease: Duration,
-) -> Result<(), LockError> {
+pub(crate) async fn extend_all(guards: &[&Guard], lease: Duration) -> Result<(), LockError> {
     let mut first = Ok(());
     let mut fail = |e: LockError| {
         if first.is_ok() {

@@ -244,7 +244,7 @@ macro_rules! guard_methods {
         /// changed on Redis), [`ErrorKind::InvalidArgument`](crate::ErrorKind::InvalidArgument)
         /// for a lease outside 1 ms to 3650 days, [`ErrorKind::Backend`](crate::ErrorKind::Backend)
         /// when Redis failed (the hold keeps its old lease).
-        pub async fn extend(&mut self, lease: std::time::Duration) -> Result<(), crate::error::LockError> {
+        pub async fn extend(&self, lease: std::time::Duration) -> Result<(), crate::error::LockError> {
             self.core.extend(lease).await
         }
 

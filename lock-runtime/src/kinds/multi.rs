@@ -113,8 +113,7 @@ impl<'a> IntoFuture for MultiRequest<'a> {
                     })
                     .collect();
                 let started = Instant::now();
-                let (mut guards, steps) =
-                    take_in_order(engine, acquirings, lease, deadline).await?;
+                let (guards, steps) = take_in_order(engine, acquirings, lease, deadline).await?;
                 // Keys taken early may have run out (a fixed lease) while later ones were
                 // taken: every one is confirmed on Redis, its lease set to the full lease from
                 // now, before the guard is handed out.
@@ -122,8 +121,8 @@ impl<'a> IntoFuture for MultiRequest<'a> {
                     return Ok(MultiGuard { guards });
                 }
                 let confirm = lease.unwrap_or(engine.config.watchdog_timeout());
-                let mut cores: Vec<&mut Guard> = guards.iter_mut().map(|g| &mut g.core).collect();
-                let Err(lost) = guard::extend_all(&mut cores, confirm).await else {
+                let cores: Vec<&Guard> = guards.iter().map(|g| &g.core).collect();
+                let Err(lost) = guard::extend_all(&cores, confirm).await else {
                     return Ok(MultiGuard { guards });
                 };
                 give_back(guards).await;
@@ -306,9 +305,9 @@ impl MultiGuard {
     ///
     /// # Errors
     /// The first error of the extensions; all are tried.
-    pub async fn extend(&mut self, lease: Duration) -> Result<(), LockError> {
-        let mut cores: Vec<&mut Guard> = self.guards.iter_mut().map(|g| &mut g.core).collect();
-        guard::extend_all(&mut cores, lease).await
+    pub async fn extend(&self, lease: Duration) -> Result<(), LockError> {
+        let cores: Vec<&Guard> = self.guards.iter().map(|g| &g.core).collect();
+        guard::extend_all(&cores, lease).await
     }
 
     /// Releases every lock and waits for Redis.

@@ -75,7 +75,8 @@ impl Hold {
         hold.unwrap_or_else(|e| panic!("{case:?} on {key}: {e}"))
     }
 
-    async fn extend(&mut self, lease: Duration) -> Result<(), LockError> {
+    /// Through a shared reference: `extend` takes `&self` on every kind.
+    async fn extend(&self, lease: Duration) -> Result<(), LockError> {
         match self {
             Hold::Lock(g) => g.extend(lease).await,
             Hold::Read(g) => g.extend(lease).await,
@@ -176,7 +177,7 @@ async fn extend_sets_a_fixed_lease_from_now(fx: Fixture) {
     let locks = fx.service(LONG).await;
     for case in CASES {
         let key = unique_key("extend");
-        let mut hold = Hold::take(case, &locks, &key, Some(Duration::from_secs(5))).await;
+        let hold = Hold::take(case, &locks, &key, Some(Duration::from_secs(5))).await;
         assert_pttl(&fx, case, &key, 4000..=5000);
         let taken_until = hold.valid_until();
         for out_of_range in [Duration::ZERO, Duration::from_secs(3651 * 24 * 3600)] {
@@ -237,7 +238,7 @@ async fn extend_keeps_a_watched_hold_watched(fx: Fixture) {
     let mut holds = Vec::new();
     for case in CASES {
         let key = unique_key("extend-watched");
-        let mut hold = Hold::take(case, &locks, &key, None).await;
+        let hold = Hold::take(case, &locks, &key, None).await;
         hold.extend(Duration::from_secs(1)).await.unwrap();
         assert_eq!(hold.lease(), None, "{case:?} is still watched");
         assert_pttl(&fx, case, &key, 800..=1000);
@@ -273,7 +274,7 @@ async fn extending_a_hold_removed_on_redis_is_not_held() {
     let (a, b) = (fx.service(LONG).await, fx.service(LONG).await);
     for case in CASES {
         let key = unique_key("extend-removed");
-        let mut hold = Hold::take(case, &a, &key, Some(LONG)).await;
+        let hold = Hold::take(case, &a, &key, Some(LONG)).await;
         let keys = redis_keys(case, &key);
         match case {
             Case::Lock => assert!(b.force_unlock(&key).await.unwrap()),
@@ -307,7 +308,7 @@ async fn extending_a_hold_someone_else_took_over_changes_nothing() {
     let fx = Fixture::single().await;
     let (a, b) = (fx.service(LONG).await, fx.service(LONG).await);
     let key = unique_key("extend-taken");
-    let mut old = a.lock(&key).lease(LONG).await.unwrap();
+    let old = a.lock(&key).lease(LONG).await.unwrap();
     assert!(b.force_unlock(&key).await.unwrap());
     let new = b.lock(&key).lease(Duration::from_secs(10)).await.unwrap();
     for lease in [Duration::from_millis(50), Duration::from_secs(60)] {
@@ -334,7 +335,7 @@ async fn a_short_extend_of_a_watched_hold_never_lets_it_expire_unnoticed() {
     let locks = fx.service(Duration::from_secs(3)).await;
     for case in CASES {
         let key = unique_key("extend-short-watched");
-        let mut hold = Hold::take(case, &locks, &key, None).await;
+        let hold = Hold::take(case, &locks, &key, None).await;
         hold.extend(Duration::from_millis(100)).await.unwrap();
         assert_eq!(hold.lease(), None, "{case:?} is still watched");
         let until = Instant::now() + Duration::from_millis(1500);
@@ -372,7 +373,7 @@ async fn a_shorter_extend_never_cuts_a_grant_another_process_shares() {
     let key = unique_key("extend-shared");
     let mesh = OwnerId::across_processes(unique_key("op"));
     let lease = Duration::from_secs(10);
-    let mut g1 = p1
+    let g1 = p1
         .lock(&key)
         .owner(mesh.clone())
         .lease(lease)

@@ -17,7 +17,7 @@ async fn family_basics() {
     assert_eq!(e.kind(), ErrorKind::Timeout, "{e}");
     r1.release().await.unwrap();
     r2.release().await.unwrap();
-    let mut w = locks.write(&key).await.unwrap();
+    let w = locks.write(&key).await.unwrap();
     assert!(locks.read(&key).try_once().await.is_err());
     w.extend(Duration::from_secs(5)).await.unwrap();
     assert_eq!(w.lease(), None);
@@ -115,7 +115,7 @@ async fn the_documented_snippets_run() {
     // read-write: many readers or one writer
     let r = locks.read(&catalog).wait(secs(2)).await.unwrap(); // shared
     r.release().await.unwrap();
-    let mut w = locks.write(&catalog).lease(secs(5)).await.unwrap(); // exclusive, fenced
+    let w = locks.write(&catalog).lease(secs(5)).await.unwrap(); // exclusive, fenced
     w.extend(secs(10)).await.unwrap();
     w.release().await.unwrap();
     // all-or-nothing over several keys
