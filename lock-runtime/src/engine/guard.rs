@@ -34,6 +34,9 @@ pub(crate) struct Guard {
     /// The fixed lease (`None`: renewed by the watchdog, which an extension does not change);
     /// behind a lock so that `extend` takes `&self`.
     lease: Mutex<Option<Duration>>,
+    /// Taken while an extension of this guard is on its way: two extensions through `&self`
+    /// run one after the other, so the deadline set last is the one Redis applied last.
+    extending: tokio::sync::Mutex<()>,
     /// Shared with the other guards of the grant: loss signal and validity deadline.
     cell: Arc<HoldCell>,
     acquired: Instant,
@@ -76,6 +79,7 @@ impl Guard {
             grant,
             fence,
             lease: Mutex::new(lease),
+            extending: tokio::sync::Mutex::new(()),
             cell,
             acquired: Instant::now(),
             released: false,
@@ -354,6 +358,12 @@ pub(crate) async fn lost_any(guards: &[&Guard]) -> LockError {
 /// # Errors
 /// The first error: `NotHeld` for a hold that was lost (known here, or found gone on Redis).
 pub(crate) async fn extend_all(guards: &[&Guard], lease: Duration) -> Result<(), LockError> {
+    // one extension of a guard at a time (in the order of `guards`: a multi-key hold's guards
+    // are always in the same order, a single guard's extension takes one)
+    let mut turns = Vec::with_capacity(guards.len());
+    for guard in guards {
+        turns.push(guard.extending.lock().await);
+    }
     let mut first = Ok(());
     let mut fail = |e: LockError| {
         if first.is_ok() {
