@@ -62,49 +62,62 @@ where
     E: From<LockError>,
 {
     let body = Box::pin(body);
+    let label = spec.metric_label;
     async move {
-        let service = registry::global().await?;
-        let wait = match spec.wait {
-            Wait::For(d) => Some(d),
-            Wait::Forever => None,
-            Wait::Default => match service.config().default_wait() {
-                DefaultWait::For(d) => Some(d),
-                DefaultWait::Forever => None,
-            },
-        };
-        let on_lost = match spec.on_lost {
-            OnLost::Fail => context::OnLost::Fail,
-            OnLost::Continue => context::OnLost::Continue,
-        };
-        let (lease, label) = (spec.lease, spec.metric_label);
-        match spec.locks {
-            Locks::Lock(key) => {
-                let mut request = service.lock(key).wait_at_most(wait).metric_label(label);
-                if let Some(lease) = lease {
-                    request = request.lease(lease);
-                }
-                let guard = request.await?;
-                context::run_body(vec![guard.core], on_lost, body).await?
+        match locked(spec, body).await {
+            Ok(output) => output,
+            // errors name the lock by the template as written, which a response may show
+            Err(error) => Err(E::from(error.with_label(label))),
+        }
+    }
+}
+
+/// [`run_locked`]'s work: the body's own result, or why it did not run (or was stopped).
+async fn locked<T, E>(
+    spec: LockSpec,
+    body: std::pin::Pin<Box<impl Future<Output = Result<T, E>>>>,
+) -> Result<Result<T, E>, LockError> {
+    let service = registry::global().await?;
+    let wait = match spec.wait {
+        Wait::For(d) => Some(d),
+        Wait::Forever => None,
+        Wait::Default => match service.config().default_wait() {
+            DefaultWait::For(d) => Some(d),
+            DefaultWait::Forever => None,
+        },
+    };
+    let on_lost = match spec.on_lost {
+        OnLost::Fail => context::OnLost::Fail,
+        OnLost::Continue => context::OnLost::Continue,
+    };
+    let (lease, label) = (spec.lease, spec.metric_label);
+    match spec.locks {
+        Locks::Lock(key) => {
+            let mut request = service.lock(key).wait_at_most(wait).metric_label(label);
+            if let Some(lease) = lease {
+                request = request.lease(lease);
             }
-            Locks::Read(key) => {
-                let core = rw_core(service.read(key).metric_label(label), lease, wait).await?;
-                context::run_body(vec![core], on_lost, body).await?
+            let guard = request.await?;
+            context::run_body(vec![guard.core], on_lost, body).await
+        }
+        Locks::Read(key) => {
+            let core = rw_core(service.read(key).metric_label(label), lease, wait).await?;
+            context::run_body(vec![core], on_lost, body).await
+        }
+        Locks::Write(key) => {
+            let core = rw_core(service.write(key).metric_label(label), lease, wait).await?;
+            context::run_body(vec![core], on_lost, body).await
+        }
+        Locks::All(keys) => {
+            let mut request = service
+                .lock_all(keys)
+                .wait_at_most(wait)
+                .metric_label(label);
+            if let Some(lease) = lease {
+                request = request.lease(lease);
             }
-            Locks::Write(key) => {
-                let core = rw_core(service.write(key).metric_label(label), lease, wait).await?;
-                context::run_body(vec![core], on_lost, body).await?
-            }
-            Locks::All(keys) => {
-                let mut request = service
-                    .lock_all(keys)
-                    .wait_at_most(wait)
-                    .metric_label(label);
-                if let Some(lease) = lease {
-                    request = request.lease(lease);
-                }
-                let guard = request.await?;
-                context::run_body(guard.into_cores(), on_lost, body).await?
-            }
+            let guard = request.await?;
+            context::run_body(guard.into_cores(), on_lost, body).await
         }
     }
 }

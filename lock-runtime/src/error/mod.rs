@@ -114,6 +114,8 @@ pub struct LockError {
 struct Inner {
     kind: ErrorKind,
     key: Option<String>,
+    /// The key as the code names it (an annotated fn's template, `goods:<id>`).
+    label: Option<&'static str>,
     message: String,
     /// Whether the message names the Redis user already.
     user_named: bool,
@@ -127,6 +129,7 @@ impl LockError {
             inner: Box::new(Inner {
                 kind,
                 key: None,
+                label: None,
                 message: message.into(),
                 user_named: false,
                 source: None,
@@ -136,6 +139,12 @@ impl LockError {
 
     pub(crate) fn with_key(mut self, key: &str) -> Self {
         self.inner.key = Some(key.to_owned());
+        self
+    }
+
+    /// Names the lock as the code does: the key template of the annotated fn it comes from.
+    pub(crate) fn with_label(mut self, label: &'static str) -> Self {
+        self.inner.label = Some(label);
         self
     }
 
@@ -151,6 +160,7 @@ impl LockError {
             inner: Box::new(Inner {
                 kind: self.inner.kind,
                 key: self.inner.key.clone(),
+                label: self.inner.label,
                 message: self.inner.message.clone(),
                 user_named: self.inner.user_named,
                 source: self.inner.source.clone(),
@@ -215,6 +225,14 @@ impl LockError {
     /// The lock key (as the caller wrote it, without prefix) this error concerns, if any.
     pub fn key(&self) -> Option<&str> {
         self.inner.key.as_deref()
+    }
+
+    /// The key template of the `#[distributed_lock]` fn this error comes from (`"goods:<id>"`;
+    /// with `keys = [..]`, the templates joined with `,`), if it comes from one. Unlike
+    /// [`key`](Self::key), it never carries the values the key was built from (user ids,
+    /// internal names): the web middleware's JSON body shows this, not the key.
+    pub fn label(&self) -> Option<&str> {
+        self.inner.label
     }
 
     /// `true` when the wait for the lock ran out.
@@ -286,6 +304,9 @@ impl fmt::Debug for LockError {
         d.field("kind", &self.inner.kind);
         if let Some(key) = &self.inner.key {
             d.field("key", key);
+        }
+        if let Some(label) = self.inner.label {
+            d.field("label", &label);
         }
         d.field("message", &self.inner.message);
         if let Some(source) = &self.inner.source {

@@ -55,8 +55,14 @@
 //! | anything else (`NotInitialized`, `Config`, `Auth`, `WouldDeadlock`, `InvalidKey`, ...): a mistake to fix, not to retry | 500 Internal Server Error | `lock_error` |
 //!
 //! ```json
-//! {"error":"lock_timeout","key":"goods:42","message":"could not acquire lock `goods:42` within 2.001s: it is held by another owner"}
+//! {"error":"lock_timeout","key":"goods:<id>","message":"the lock `goods:<id>` is held by another request; try again"}
 //! ```
+//!
+//! `key` is the key template of the annotated fn the error comes from
+//! ([`LockError::label`](crate::LockError::label)), never the key built from the request: keys
+//! often carry user ids or internal names, which are not the client's to see. An error of a
+//! programmatic call has no template and so no `key`. To show the key anyway, answer with your
+//! own body from [`LockError::key`](crate::LockError::key).
 //!
 //! A lost lock is a 503, not a 409: the request did not collide with another one, the server
 //! could not keep its lock (Redis failed over, renewals were too slow or the lease too

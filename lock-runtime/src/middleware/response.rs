@@ -20,8 +20,11 @@ pub fn http_status(error: &LockError) -> u16 {
     Mapping::of(error).status
 }
 
-/// The JSON body for `error`: `{"error": .., "key": .., "message": ..}`, without `key` when
-/// the error concerns no key. 5xx bodies carry a fixed message, never backend details.
+/// The JSON body for `error`: `{"error": .., "key": .., "message": ..}`. `key` is the key
+/// template of the annotated fn the error comes from ([`LockError::label`], `"goods:<id>"`),
+/// never the key itself, whose values (user ids, internal names) are not the client's to see;
+/// without a template there is no `key`. Messages are fixed texts that name at most the
+/// template, never backend details.
 pub fn http_body(error: &LockError) -> String {
     Mapping::of(error).body(error)
 }
@@ -45,19 +48,27 @@ pub(crate) struct Mapping {
 
 impl Mapping {
     pub(crate) fn of(error: &LockError) -> Mapping {
-        let key = error.key().unwrap_or("?");
+        let lock = match error.label() {
+            Some(label) => format!("the lock `{label}`"),
+            None => "the lock".to_owned(),
+        };
         let (status, code, message) = match error.kind() {
-            // The runtime's message names the key and how long it waited: nothing internal.
-            ErrorKind::Timeout => (409, "lock_timeout", error.to_string()),
+            ErrorKind::Timeout => (
+                409,
+                "lock_timeout",
+                format!("{lock} is held by another request; try again"),
+            ),
             ErrorKind::Stale => (
                 409,
                 "stale_write",
-                format!("`{key}` was written by a newer lock holder; this write was rejected"),
+                format!(
+                    "the data of {lock} was written by a newer holder; this write was rejected"
+                ),
             ),
             ErrorKind::Lost => (
                 503,
                 "lock_lost",
-                format!("lock `{key}` was lost before the operation finished; try again"),
+                format!("{lock} was lost before the operation finished; try again"),
             ),
             // the request reached an instance on its way out: another one can serve it
             ErrorKind::ShuttingDown => (
@@ -98,7 +109,7 @@ impl Mapping {
     pub(crate) fn body(&self, error: &LockError) -> String {
         let body = Body {
             error: self.code,
-            key: error.key(),
+            key: error.label(),
             message: self.message.clone(),
         };
         serde_json::to_string(&body).unwrap_or_else(|_| format!("{{\"error\":\"{}\"}}", self.code))
@@ -114,32 +125,43 @@ mod tests {
     }
 
     #[test]
-    fn timeouts_are_conflicts_naming_the_key() {
+    fn timeouts_are_conflicts_naming_the_template_never_the_key() {
         let e = LockError::new(
             ErrorKind::Timeout,
-            "could not acquire lock `goods:42` within 2s",
+            "could not acquire lock `user:alice@example.com` within 2s",
         )
-        .with_key("goods:42");
+        .with_key("user:alice@example.com");
         assert_eq!(http_status(&e), 409);
         let body = json(&e);
         assert_eq!(body["error"], "lock_timeout");
-        assert_eq!(body["key"], "goods:42");
-        assert!(body["message"].as_str().unwrap().contains("goods:42"));
+        assert!(body.get("key").is_none(), "{body}");
+        assert!(!http_body(&e).contains("alice"), "{body}");
         assert!(Mapping::of(&e).retry);
+
+        let e = e.with_label("user:<email>");
+        let body = json(&e);
+        assert_eq!(body["key"], "user:<email>");
+        assert!(body["message"].as_str().unwrap().contains("user:<email>"));
+        assert!(!http_body(&e).contains("alice"), "{body}");
     }
 
     #[test]
-    fn stale_writes_are_conflicts_naming_the_key() {
+    fn stale_writes_are_conflicts_naming_the_template_never_the_key() {
         let e = LockError::new(
             ErrorKind::Stale,
             "fenced write to `stock:7` rejected: token 5 is older than 9",
         )
-        .with_key("stock:7");
+        .with_key("stock:7")
+        .with_label("stock:<id>");
         assert_eq!(http_status(&e), 409);
         let body = json(&e);
         assert_eq!(body["error"], "stale_write");
-        assert_eq!(body["key"], "stock:7");
-        assert!(!body["message"].as_str().unwrap().contains("token 5"));
+        assert_eq!(body["key"], "stock:<id>");
+        let text = http_body(&e);
+        assert!(
+            !text.contains("token 5") && !text.contains("stock:7"),
+            "{text}"
+        );
     }
 
     #[test]

@@ -21,7 +21,7 @@
 //!
 //! async fn buy_handler(Path(id): Path<u64>, request: RequestId) -> Result<String, LockError> {
 //!     tracing::info!(%request, id, "buying");
-//!     buy(id).await // a timeout answers 409 {"error":"lock_timeout","key":"goods:7",...}
+//!     buy(id).await // a timeout answers 409 {"error":"lock_timeout","key":"goods:<id>",...}
 //! }
 //!
 //! # async fn run() -> Result<(), Box<dyn std::error::Error>> {
