@@ -81,3 +81,11 @@ pub fn receipt<'a>(
         purchases,
     }
 }
+
+/// The project README: its complete programs (the axum and actix-web services of "Use it in
+/// your service") compile as written, as doctests of this crate, which has the dependencies
+/// they name (axum, actix-web, tokio, lock-runtime with its features). Fragments are marked
+/// `rust,ignore`.
+#[cfg(doctest)]
+#[doc = include_str!("../../README.md")]
+pub struct ReadmeDoctests;
