@@ -68,7 +68,7 @@
 //! request has `.lease(d)`, `.wait(d)` and `.try_once()`.
 //!
 //! ```no_run
-//! # async fn work(_fence: u64) -> u32 { 0 }
+//! # async fn work(_fence: u64) -> Result<u32, lock_runtime::LockError> { Ok(0) }
 //! # async fn demo(
 //! #     locks: lock_runtime::LockService,
 //! #     conn: redis::aio::MultiplexedConnection,

@@ -579,7 +579,7 @@ async fn a_read_inside_a_write_body_is_granted_at_once() {
     let key = unique_key("downgrade");
     let (share, other_writer, other_reader) = a
         .write(&key)
-        .run(|held| {
+        .run_nested(|held| {
             let (a, b, c, fx, key) = (&a, &b, &c, &fx, key.clone());
             async move {
                 let other_writer = spawn_write(b, &key);
@@ -635,7 +635,7 @@ async fn a_reader_re_enters_its_share_while_a_writer_waits() {
     let key = unique_key("re-read");
     let writer = a
         .read(&key)
-        .run(|held| {
+        .run_nested(|held| {
             let (a, b, fx, key) = (&a, &b, &fx, key.clone());
             async move {
                 let writer = spawn_write(b, &key);
@@ -690,7 +690,7 @@ async fn an_upgrade_is_refused_at_once() {
     let asked = Instant::now();
     let inner = a
         .read(&key)
-        .run(|_| async { a.write(&key).wait(Duration::from_secs(5)).await.map(drop) })
+        .run_nested(|_| async { a.write(&key).wait(Duration::from_secs(5)).await.map(drop) })
         .await
         .expect("the read body ran");
     refused(inner.unwrap_err(), asked, "in a read body");
@@ -964,7 +964,7 @@ async fn write_tokens_strictly_increase() {
             let (t, inner) = s
                 .write(&key)
                 .wait(WAIT)
-                .run(|held| {
+                .run_nested(|held| {
                     let key = &key;
                     async move {
                         let inner = s.read(key).try_once().await.unwrap();

@@ -123,27 +123,64 @@ impl<'a> LockRequest<'a> {
     /// re-enter this hold. `body` gets the [`Held`](crate::Held) lock: its key and fencing
     /// token.
     ///
+    /// Returns the body's own `Result`, as an annotated fn does: a lock error (the lock could
+    /// not be had, or was lost while the body ran) comes back through `E: From<LockError>`. To
+    /// tell the two apart, or for a body that does not return a `Result`, use
+    /// [`run_nested`](Self::run_nested).
+    ///
     /// ```no_run
-    /// # async fn demo(locks: lock_runtime::LockService) -> Result<(), lock_runtime::LockError> {
-    /// # async fn send_report(fence: u64) -> u32 { 0 }
+    /// # #[derive(Debug)] struct AppError;
+    /// # impl From<lock_runtime::LockError> for AppError { fn from(_: lock_runtime::LockError) -> Self { AppError } }
+    /// # async fn send_report(fence: u64) -> Result<u32, AppError> { Ok(0) }
+    /// # async fn demo(locks: lock_runtime::LockService) -> Result<(), AppError> {
     /// use std::time::Duration;
     ///
-    /// let sent = locks
+    /// let sent: u32 = locks
     ///     .lock("job:nightly-report")
-    ///     .wait(Duration::ZERO) // another instance runs it: skip
+    ///     .wait(Duration::ZERO) // another instance runs it: Err(AppError::from(timeout))
     ///     .run(|held| async move { send_report(held.fence()).await })
     ///     .await?;
     /// # let _ = sent; Ok(()) }
     /// ```
     ///
     /// # Errors
-    /// The errors of acquiring (see [`LockService::lock`](crate::LockService::lock)), and
+    /// The body's errors; and, converted to `E`, the errors of acquiring (see
+    /// [`LockService::lock`](crate::LockService::lock)) and
     /// [`ErrorKind::Lost`](crate::ErrorKind::Lost) when the lock was lost while the body ran:
     /// the body is stopped (dropped) at that moment, as someone else may hold the lock now.
     ///
     /// # Cancel safety
     /// Dropping the returned future drops the body and releases the lock in the background.
-    pub async fn run<F, Fut, T>(self, body: F) -> Result<T, LockError>
+    pub async fn run<F, Fut, T, E>(self, body: F) -> Result<T, E>
+    where
+        F: FnOnce(Held) -> Fut,
+        Fut: Future<Output = Result<T, E>>,
+        E: From<LockError>,
+    {
+        self.run_nested(body)
+            .await
+            .unwrap_or_else(|e| Err(E::from(e)))
+    }
+
+    /// [`run`](Self::run) for a body of any output: returns it as it is, inside the lock's own
+    /// `Result` - `Ok(output)` when the body ran to its end, `Err` when the lock could not be
+    /// had or was lost while the body ran (the body is then stopped).
+    ///
+    /// ```no_run
+    /// # async fn demo(locks: lock_runtime::LockService) -> Result<(), lock_runtime::LockError> {
+    /// let outcome: Result<u32, std::io::Error> = locks
+    ///     .lock("report")
+    ///     .run_nested(|_held| async { Ok(7) })
+    ///     .await?; // the lock's error here, the body's in `outcome`
+    /// # let _ = outcome; Ok(()) }
+    /// ```
+    ///
+    /// # Errors
+    /// As [`run`](Self::run), for the lock only.
+    ///
+    /// # Cancel safety
+    /// As [`run`](Self::run).
+    pub async fn run_nested<F, Fut, T>(self, body: F) -> Result<T, LockError>
     where
         F: FnOnce(Held) -> Fut,
         Fut: Future<Output = T>,

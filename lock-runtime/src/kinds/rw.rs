@@ -188,12 +188,30 @@ impl<G: Send + 'static> RwRequest<'_, G> {
 
     /// Acquires, runs the future `body` returns as a locked body (lock calls inside re-enter
     /// this hold: a read inside a write body is a downgrade), and releases after it, also when
-    /// the body panics or the future is dropped. See [`LockRequest::run`](crate::LockRequest::run).
+    /// the body panics or the future is dropped. Returns the body's own `Result`, a lock error
+    /// converted to `E`. See [`LockRequest::run`](crate::LockRequest::run).
+    ///
+    /// # Errors
+    /// The body's errors; the errors of acquiring, and [`ErrorKind::Lost`] when the hold was
+    /// lost while the body ran (the body is stopped at that moment), converted to `E`.
+    pub async fn run<F, Fut, T, E>(self, body: F) -> Result<T, E>
+    where
+        F: FnOnce(Held) -> Fut,
+        Fut: Future<Output = Result<T, E>>,
+        E: From<LockError>,
+    {
+        self.run_nested(body)
+            .await
+            .unwrap_or_else(|e| Err(E::from(e)))
+    }
+
+    /// [`run`](Self::run) for a body of any output, returned as it is inside the lock's own
+    /// `Result` (see [`LockRequest::run_nested`](crate::LockRequest::run_nested)).
     ///
     /// # Errors
     /// The errors of acquiring, and [`ErrorKind::Lost`] when the hold was lost while the body
     /// ran: the body is stopped (dropped) at that moment.
-    pub async fn run<F, Fut, T>(self, body: F) -> Result<T, LockError>
+    pub async fn run_nested<F, Fut, T>(self, body: F) -> Result<T, LockError>
     where
         F: FnOnce(Held) -> Fut,
         Fut: Future<Output = T>,

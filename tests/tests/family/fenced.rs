@@ -91,7 +91,7 @@ where
     let token = locks
         .lock(&key)
         .lease(LEASE)
-        .run(|held| async move {
+        .run_nested(|held| async move {
             stock_in_body.set(&held, 6).await.unwrap();
             let inner = locks.lock(&key).await.unwrap();
             assert_eq!(inner.fence(), held.fence());
@@ -363,7 +363,7 @@ async fn a_read_hold_never_writes_beside_a_stale_writer(fx: Fixture) {
         let (from_body, fence_in_body, read_token) = readers
             .read(&key)
             .wait(WAIT)
-            .run(|held| {
+            .run_nested(|held| {
                 let value = value.clone();
                 async move {
                     let written = value.set(&held, "from a read body").await;

@@ -3,7 +3,7 @@
 use std::time::Duration;
 
 use crate::common::{Fixture, evalsha_calls};
-use lock_runtime::ErrorKind;
+use lock_runtime::{ErrorKind, LockError};
 use lock_tests::harness::{Spec, unique_key};
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -108,8 +108,8 @@ async fn the_documented_snippets_run() {
         unique_key("job:nightly"),
         unique_key("stock"),
     );
-    async fn work(fence: u64) -> u64 {
-        fence
+    async fn work(fence: u64) -> Result<u64, LockError> {
+        Ok(fence)
     }
 
     // read-write: many readers or one writer

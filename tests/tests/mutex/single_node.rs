@@ -742,3 +742,59 @@ async fn shutdown_releases_every_hold_refuses_acquires_and_fails_waiters() {
         .unwrap();
     taken.release().await.unwrap();
 }
+
+/// The application's error of [`run_returns_the_bodys_own_result`].
+#[derive(Debug, PartialEq)]
+enum AppError {
+    OutOfStock,
+    Lock(ErrorKind),
+}
+
+impl From<lock_runtime::LockError> for AppError {
+    fn from(e: lock_runtime::LockError) -> Self {
+        AppError::Lock(e.kind())
+    }
+}
+
+/// `run` returns the body's own `Result`, a lock error converted into its error type, as an
+/// annotated fn does; `run_nested` keeps the body's output and the lock's error apart.
+#[tokio::test]
+async fn run_returns_the_bodys_own_result() {
+    let fx = Fixture::single().await;
+    let locks = fx.service(LONG_WATCHDOG).await;
+    let key = unique_key("run");
+
+    let sold: Result<u32, AppError> = locks.lock(&key).run(|_| async { Ok(3) }).await;
+    assert_eq!(sold, Ok(3));
+    let out: Result<u32, AppError> = locks
+        .lock(&key)
+        .run(|_| async { Err(AppError::OutOfStock) })
+        .await;
+    assert_eq!(out, Err(AppError::OutOfStock));
+
+    let busy = locks.lock(&key).await.unwrap();
+    let skipped: Result<u32, AppError> = owner::scope(OwnerId::new(), async {
+        locks.lock(&key).try_once().run(|_| async { Ok(1) }).await
+    })
+    .await;
+    assert_eq!(skipped, Err(AppError::Lock(ErrorKind::Timeout)));
+
+    // both apart: the lock's error outside, the body's output (any type) inside
+    let nested = owner::scope(OwnerId::new(), async {
+        locks
+            .lock(&key)
+            .try_once()
+            .run_nested(|_| async { 1 })
+            .await
+    })
+    .await;
+    assert_eq!(nested.unwrap_err().kind(), ErrorKind::Timeout);
+    busy.release().await.unwrap();
+    let nested: Result<Result<u32, AppError>, _> = locks
+        .lock(&key)
+        .run_nested(|_| async { Err(AppError::OutOfStock) })
+        .await;
+    assert_eq!(nested.unwrap(), Err(AppError::OutOfStock));
+    let read: Result<u8, AppError> = locks.read(&key).run(|_| async { Ok(2) }).await;
+    assert_eq!(read, Ok(2));
+}

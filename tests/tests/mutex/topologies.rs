@@ -338,7 +338,7 @@ async fn an_empty_key_is_invalid(fx: Fixture) {
     let kinds = [
         locks.lock("").await.map(drop),
         locks.try_lock("").await.map(drop),
-        locks.lock("").run(|_| async {}).await,
+        locks.lock("").run_nested(|_| async {}).await,
         locks.is_locked("").await.map(drop),
         locks.inspect("").await.map(drop),
         locks.force_unlock("").await.map(drop),

@@ -72,7 +72,7 @@ pub async fn hold_then_call(key: &str) -> Result<Value, LockError> {
             let inner = locked_section(key).await?;
             Ok(json!({ "outer_fence": held.fence(), "inner_fence": inner["fence"] }))
         })
-        .await?
+        .await
 }
 
 /// Fails with `InvalidKey`.
