@@ -66,7 +66,7 @@ pub async fn init_from_file(path: impl AsRef<Path>) -> Result<&'static LockServi
 
 /// The process-wide lock service; on first use without [`init`], connects with the file named
 /// by `$LOCK_CONFIG`, else `lock.toml` in the working directory, else `lock.toml` beside the
-/// executable.
+/// executable, else (no file, `$LOCK_REDIS_MODE` set) [`LockConfig::from_env`].
 ///
 /// # Errors
 /// [`ErrorKind::NotInitialized`] when neither `init` was called nor a config file exists; the
@@ -78,7 +78,12 @@ pub async fn global() -> Result<&'static LockService, LockError> {
     }
     GLOBAL
         .get_or_try_init(|| async {
-            let config = LockConfig::from_file(config_path()?)?;
+            let config = match config_path() {
+                Ok(path) => LockConfig::from_file(path)?,
+                // no file: the environment alone, when it names a mode
+                Err(_) if std::env::var_os("LOCK_REDIS_MODE").is_some() => LockConfig::from_env()?,
+                Err(missing) => return Err(missing),
+            };
             driver::run(LockService::connect(config)).await
         })
         .await

@@ -1,5 +1,6 @@
-//! The TOML format: the file's tables as serde reads them, the duration fields, the
-//! environment fallbacks, and [`parse`] turning them into a checked [`LockConfig`].
+//! The configuration format: the tables as serde reads them (from a TOML file, or nested in an
+//! application's own settings through `LockConfig`'s `Deserialize`), the duration fields, the
+//! environment variables, and [`build`] turning them into a checked [`LockConfig`].
 
 use std::path::{Path, PathBuf};
 use std::time::Duration;
@@ -17,7 +18,7 @@ struct RawFile {
     lock: RawLock,
 }
 
-#[derive(Deserialize)]
+#[derive(Deserialize, Default)]
 #[serde(deny_unknown_fields)]
 struct RawRedis {
     mode: Option<String>,
@@ -28,7 +29,7 @@ struct RawRedis {
     master: Option<String>,
     replicas: Option<Vec<String>>,
     username: Option<String>,
-    password: Option<String>,
+    password: Option<Secret>,
     tls: Option<RawTls>,
     connect_timeout: Option<ConfigDuration>,
     response_timeout: Option<ConfigDuration>,
@@ -51,6 +52,42 @@ struct RawLock {
     watchdog_timeout: Option<ConfigDuration>,
     default_wait: Option<ConfigWait>,
     fence_idle_ttl: Option<ConfigTtl>,
+}
+
+/// A password: a string, and a value of another type is refused without being shown (the
+/// error of the deserializer that read it would quote it).
+struct Secret(String);
+
+impl<'de> Deserialize<'de> for Secret {
+    fn deserialize<D: serde::Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
+        struct Visitor;
+        const NOT_SHOWN: &str = "expected a string (the value is not shown)";
+        impl serde::de::Visitor<'_> for Visitor {
+            type Value = Secret;
+            fn expecting(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+                f.write_str("a string")
+            }
+            fn visit_str<E: serde::de::Error>(self, v: &str) -> Result<Secret, E> {
+                Ok(Secret(v.to_owned()))
+            }
+            fn visit_bool<E: serde::de::Error>(self, _: bool) -> Result<Secret, E> {
+                Err(E::custom(NOT_SHOWN))
+            }
+            fn visit_i64<E: serde::de::Error>(self, _: i64) -> Result<Secret, E> {
+                Err(E::custom(NOT_SHOWN))
+            }
+            fn visit_u64<E: serde::de::Error>(self, _: u64) -> Result<Secret, E> {
+                Err(E::custom(NOT_SHOWN))
+            }
+            fn visit_f64<E: serde::de::Error>(self, _: f64) -> Result<Secret, E> {
+                Err(E::custom(NOT_SHOWN))
+            }
+            fn visit_bytes<E: serde::de::Error>(self, _: &[u8]) -> Result<Secret, E> {
+                Err(E::custom(NOT_SHOWN))
+            }
+        }
+        d.deserialize_string(Visitor)
+    }
 }
 
 /// A duration written as `"500ms"`, `"5s"`, `"2m"`, `"1h"` or `"7d"`.
@@ -170,6 +207,94 @@ pub(super) fn parse(
         let field = if path == "." { "<top level>" } else { &path };
         fail(field, format!("{message}{line}")).with_source(error)
     })?;
+    build(raw, origin, source)
+}
+
+/// `LockConfig` as one value of an application's own settings (a `[locks]` table of its TOML,
+/// a figment or config-rs profile): the same tables, checks, environment variables and
+/// messages as the file.
+impl<'de> Deserialize<'de> for LockConfig {
+    fn deserialize<D: serde::Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
+        let raw = RawFile::deserialize(d)?;
+        build(raw, "lock settings", None).map_err(serde::de::Error::custom)
+    }
+}
+
+/// The environment variables that replace a value of the configuration (12-factor
+/// deployments: one file, an address per environment), with the field each replaces.
+pub(crate) const ENV_OVERRIDES: [(&str, &str); 8] = [
+    ("LOCK_REDIS_MODE", "redis.mode"),
+    ("LOCK_REDIS_URL", "redis.url"),
+    ("LOCK_REDIS_NODES", "redis.nodes"),
+    ("LOCK_REDIS_MASTER_NAME", "redis.master_name"),
+    ("LOCK_REDIS_SENTINELS", "redis.sentinels"),
+    ("LOCK_REDIS_MASTER", "redis.master"),
+    ("LOCK_REDIS_REPLICAS", "redis.replicas"),
+    ("LOCK_PREFIX", "lock.prefix"),
+];
+
+/// [`LockConfig::from_env`]: the tables empty, every value from the environment.
+pub(super) fn from_env() -> Result<LockConfig, LockError> {
+    let raw = RawFile {
+        redis: None,
+        lock: RawLock::default(),
+    };
+    if env("LOCK_REDIS_MODE").is_none() {
+        return Err(LockError::config(
+            "lock config from the environment: $LOCK_REDIS_MODE is not set (\"single\", \
+             \"cluster\", \"sentinel\" or \"master-slave\")",
+        ));
+    }
+    build(raw, "lock config from the environment", None)
+}
+
+/// A set, non-empty environment variable.
+fn env(name: &str) -> Option<String> {
+    std::env::var(name).ok().filter(|v| !v.is_empty())
+}
+
+/// A list from the environment: comma-separated, spaces around items ignored.
+fn env_list(name: &str) -> Option<Vec<String>> {
+    env(name).map(|v| {
+        v.split(',')
+            .map(str::trim)
+            .filter(|item| !item.is_empty())
+            .map(str::to_owned)
+            .collect()
+    })
+}
+
+/// The configuration the tables describe, with the environment's overrides, checked.
+fn build(mut raw: RawFile, origin: &str, source: Option<PathBuf>) -> Result<LockConfig, LockError> {
+    // the environment replaces what the tables say
+    let overridden: Vec<(&str, &str)> = ENV_OVERRIDES
+        .iter()
+        .copied()
+        .filter(|(name, _)| env(name).is_some())
+        .collect();
+    if !overridden.is_empty() {
+        let r = raw.redis.get_or_insert_with(RawRedis::default);
+        r.mode = env("LOCK_REDIS_MODE").or(r.mode.take());
+        r.url = env("LOCK_REDIS_URL").or(r.url.take());
+        r.nodes = env_list("LOCK_REDIS_NODES").or(r.nodes.take());
+        r.master_name = env("LOCK_REDIS_MASTER_NAME").or(r.master_name.take());
+        r.sentinels = env_list("LOCK_REDIS_SENTINELS").or(r.sentinels.take());
+        r.master = env("LOCK_REDIS_MASTER").or(r.master.take());
+        r.replicas = env_list("LOCK_REDIS_REPLICAS").or(r.replicas.take());
+        raw.lock.prefix = env("LOCK_PREFIX").or(raw.lock.prefix.take());
+    }
+    // a value that came from the environment is named by its variable too
+    let fail = |field: &str, what: String| {
+        let from = overridden
+            .iter()
+            .find(|(_, f)| *f == field)
+            .map(|(name, _)| format!(" (from ${name})"))
+            .unwrap_or_default();
+        LockError::new(
+            ErrorKind::Config,
+            format!("{origin}: invalid lock config at `{field}`{from}: {what}"),
+        )
+    };
     let r = raw.redis.ok_or_else(|| {
         fail(
             "redis",
@@ -253,11 +378,13 @@ pub(super) fn parse(
             ),
         ));
     }
-    let env = |name: &str| std::env::var(name).ok().filter(|v| !v.is_empty());
     let mut config = LockConfig::new(topology);
     config.source = source;
     config.username = r.username.or_else(|| env("LOCK_REDIS_USERNAME"));
-    config.password = r.password.or_else(|| env("LOCK_REDIS_PASSWORD"));
+    config.password = r
+        .password
+        .map(|p| p.0)
+        .or_else(|| env("LOCK_REDIS_PASSWORD"));
     if let Some(tls) = r.tls {
         // relative to the file's directory, like the file's other references would be read
         let base = config.source.as_deref().and_then(Path::parent);

@@ -49,6 +49,54 @@
 //!
 //! With `sync_replicas` set, `sync_timeout` must also be shorter than `response_timeout`.
 //!
+//! # Environment
+//!
+//! These variables replace the value of a file (or of [nested settings](#in-an-applications-settings)),
+//! so that one file serves every environment (12-factor deployments); a list is comma-separated:
+//!
+//! | variable | replaces |
+//! |---|---|
+//! | `LOCK_REDIS_MODE` | `redis.mode` |
+//! | `LOCK_REDIS_URL` | `redis.url` (single) |
+//! | `LOCK_REDIS_NODES` | `redis.nodes` (cluster) |
+//! | `LOCK_REDIS_MASTER_NAME`, `LOCK_REDIS_SENTINELS` | `redis.master_name`, `redis.sentinels` (sentinel) |
+//! | `LOCK_REDIS_MASTER`, `LOCK_REDIS_REPLICAS` | `redis.master`, `redis.replicas` (master-slave) |
+//! | `LOCK_PREFIX` | `lock.prefix` |
+//!
+//! A variable of another mode than the one in effect is a `Config` error naming it, as a field
+//! of another mode is. The credentials work the other way round: `LOCK_REDIS_USERNAME` and
+//! `LOCK_REDIS_PASSWORD` fill in a `username` / `password` the configuration does not give
+//! (so that the secret need not be written in the file), and one written there wins.
+//! [`LockConfig::from_env`] builds a configuration from the variables alone; the global service
+//! falls back to it when no config file is found and `LOCK_REDIS_MODE` is set.
+//!
+//! # In an application's settings
+//!
+//! `LockConfig` implements `serde::Deserialize` for the same tables, so it can be one value of
+//! an application's own settings (a `[locks]` table of its TOML, a figment or config-rs
+//! profile), with the same checks, variables and messages:
+//!
+//! ```
+//! #[derive(serde::Deserialize)]
+//! struct Settings {
+//!     listen: String,
+//!     locks: lock_runtime::LockConfig,
+//! }
+//!
+//! let settings: Settings = toml::from_str(r#"
+//!     listen = "0.0.0.0:8080"
+//!     [locks.redis]
+//!     mode = "single"
+//!     url = "redis://127.0.0.1:6379"
+//!     [locks.lock]
+//!     prefix = "shop:"
+//! "#).unwrap();
+//! assert_eq!(settings.locks.prefix(), "shop:");
+//! ```
+//!
+//! Relative TLS paths in nested settings are relative to the working directory (there is no
+//! file to be relative to).
+//!
 //! # Secrets
 //!
 //! A configured `username` / `password` (also from `$LOCK_REDIS_USERNAME` /
@@ -371,6 +419,22 @@ impl LockConfig {
     /// [`ErrorKind::Config`] naming the field and what was expected.
     pub fn from_toml_str(text: &str) -> Result<Self, LockError> {
         parse(text, "<config string>", None)
+    }
+
+    /// The configuration the [environment variables](self#environment) give alone, without a
+    /// file: `$LOCK_REDIS_MODE` and the address variables of that mode are required, every
+    /// other setting has its default.
+    ///
+    /// ```no_run
+    /// // LOCK_REDIS_MODE=single LOCK_REDIS_URL=redis://redis.internal:6379 LOCK_PREFIX=shop:
+    /// let config = lock_runtime::LockConfig::from_env()?;
+    /// # Ok::<(), lock_runtime::LockError>(())
+    /// ```
+    ///
+    /// # Errors
+    /// [`ErrorKind::Config`] naming the missing or invalid variable.
+    pub fn from_env() -> Result<Self, LockError> {
+        file::from_env()
     }
 
     /// Reads and parses a TOML configuration file.

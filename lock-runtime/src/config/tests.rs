@@ -438,3 +438,156 @@ fn a_url_secret_stays_out_of_connect_errors() {
         assert!(shown.contains("127.0.0.1:1"), "{shown}");
     }
 }
+
+/// An application's settings with the lock configuration as one of its values.
+#[derive(serde::Deserialize)]
+#[allow(dead_code)]
+struct AppSettings {
+    listen: String,
+    locks: LockConfig,
+}
+
+fn nested(locks: &str) -> Result<LockConfig, String> {
+    toml::from_str::<AppSettings>(&format!("listen = \"0.0.0.0:80\"\n{locks}"))
+        .map(|s| s.locks)
+        .map_err(|e| e.to_string())
+}
+
+#[test]
+fn nested_in_an_applications_settings_with_the_same_checks() {
+    let c = nested(
+        "[locks.redis]\nmode = \"cluster\"\nnodes = [\"redis://a:1\", \"redis://b:2\"]\n\
+         [locks.lock]\nprefix = \"shop:\"\nwatchdog_timeout = \"10s\"\n",
+    )
+    .unwrap();
+    assert_eq!(
+        c.topology(),
+        &Topology::Cluster {
+            nodes: vec!["redis://a:1".into(), "redis://b:2".into()]
+        }
+    );
+    assert_eq!(c.prefix(), "shop:");
+    assert_eq!(c.watchdog_timeout(), Duration::from_secs(10));
+    assert_eq!(c, LockConfig::from_toml_str(TOML_OF_NESTED).unwrap());
+
+    // the file's messages: the field, what was expected
+    let e = nested("[locks.redis]\nmode = \"single\"\n").unwrap_err();
+    assert!(
+        e.contains("`redis.url`") && e.contains("requires it"),
+        "{e}"
+    );
+    let e = nested("[locks.redis]\nmode = \"single\"\nurl = \"redis://h:1\"\nnodes = [\"x\"]\n")
+        .unwrap_err();
+    assert!(
+        e.contains("`redis.nodes`") && e.contains("does not apply"),
+        "{e}"
+    );
+    let e = nested(
+        "[locks.redis]\nmode = \"single\"\nurl = \"redis://h:1\"\nconnect_timeout = \"5 s\"\n",
+    )
+    .unwrap_err();
+    assert!(e.contains("connect_timeout") || e.contains("5 s"), "{e}");
+    let e =
+        nested("[locks.redis]\nmode = \"single\"\nurl = \"redis://h:1\"\nbogus = 1\n").unwrap_err();
+    assert!(e.contains("bogus"), "{e}");
+    let e = nested("[locks.lock]\nwatchdog_timeout = \"1ms\"\n[locks.redis]\nmode = \"single\"\nurl = \"redis://h:1\"\n")
+        .unwrap_err();
+    assert!(e.contains("watchdog_timeout") && e.contains("30ms"), "{e}");
+    // a password of the wrong type is not quoted by this crate's message (the application's
+    // deserializer may still show the line of its document: toml's errors do)
+    let e = nested("[locks.redis]\nmode = \"single\"\nurl = \"redis://h:1\"\npassword = 8675309\n")
+        .unwrap_err();
+    assert!(
+        e.contains("expected a string (the value is not shown)") && !e.contains("`8675309`"),
+        "{e}"
+    );
+}
+
+const TOML_OF_NESTED: &str = "[redis]\nmode = \"cluster\"\nnodes = [\"redis://a:1\", \"redis://b:2\"]\n\
+     [lock]\nprefix = \"shop:\"\nwatchdog_timeout = \"10s\"\n";
+
+/// Runs the test `name` again in a process of its own with `vars` set (the environment is the
+/// process's: tests of one process must not change it under each other); returns `true` in
+/// that process, where the test then does its checks.
+fn in_own_process(name: &str, vars: &[(&str, &str)]) -> bool {
+    if std::env::var_os("LOCK_CONFIG_TEST_CHILD").is_some() {
+        return true;
+    }
+    let output = std::process::Command::new(std::env::current_exe().unwrap())
+        .args([name, "--exact", "--nocapture", "--test-threads", "1"])
+        .env("LOCK_CONFIG_TEST_CHILD", "1")
+        .envs(vars.iter().copied())
+        .output()
+        .unwrap();
+    let text = String::from_utf8_lossy(&output.stdout).into_owned()
+        + &String::from_utf8_lossy(&output.stderr);
+    assert!(output.status.success(), "{text}");
+    assert!(text.contains("1 passed"), "the test did not run: {text}");
+    false
+}
+
+#[test]
+fn the_environment_replaces_addresses_and_prefix() {
+    if !in_own_process(
+        "config::tests::the_environment_replaces_addresses_and_prefix",
+        &[
+            ("LOCK_REDIS_URL", "redis://from-env:7000"),
+            ("LOCK_PREFIX", "env:"),
+        ],
+    ) {
+        return;
+    }
+    let c = LockConfig::from_toml_str(
+        "[redis]\nmode = \"single\"\nurl = \"redis://from-file:6379\"\n[lock]\nprefix = \"file:\"\n",
+    )
+    .unwrap();
+    assert_eq!(
+        c.topology(),
+        &Topology::Single {
+            url: "redis://from-env:7000".into()
+        }
+    );
+    assert_eq!(c.prefix(), "env:");
+    // the file may leave the address out when the environment gives it
+    let c = LockConfig::from_toml_str("[redis]\nmode = \"single\"\n").unwrap();
+    assert_eq!(c.prefix(), "env:");
+    // nested settings too
+    assert_eq!(
+        nested("[locks.redis]\nmode = \"single\"\n")
+            .unwrap()
+            .topology(),
+        c.topology()
+    );
+    // a variable of another mode is named
+    let e = err("[redis]\nmode = \"cluster\"\nnodes = [\"redis://a:1\"]\n");
+    assert!(
+        e.contains("`redis.url` (from $LOCK_REDIS_URL)") && e.contains("does not apply"),
+        "{e}"
+    );
+    // no mode in the environment: from_env says so
+    let e = LockConfig::from_env().unwrap_err();
+    assert!(e.to_string().contains("LOCK_REDIS_MODE"), "{e}");
+}
+
+#[test]
+fn a_configuration_from_the_environment_alone() {
+    if !in_own_process(
+        "config::tests::a_configuration_from_the_environment_alone",
+        &[
+            ("LOCK_REDIS_MODE", "sentinel"),
+            ("LOCK_REDIS_MASTER_NAME", "mymaster"),
+            ("LOCK_REDIS_SENTINELS", "redis://s1:26379, redis://s2:26379"),
+        ],
+    ) {
+        return;
+    }
+    let c = LockConfig::from_env().unwrap();
+    assert_eq!(
+        c.topology(),
+        &Topology::Sentinel {
+            master_name: "mymaster".into(),
+            sentinels: vec!["redis://s1:26379".into(), "redis://s2:26379".into()],
+        }
+    );
+    assert_eq!(c.prefix(), "lock:");
+}
