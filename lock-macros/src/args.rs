@@ -8,7 +8,9 @@ use syn::{Error, Expr, ExprLit, Ident, Lit, LitStr, Token};
 use crate::duration::{self, WaitArg};
 
 /// Every argument the attribute accepts, in the order the docs list them.
-const ARGUMENTS: &[&str] = &["key", "keys", "kind", "lease", "wait", "on_lost", "crate"];
+const ARGUMENTS: &[&str] = &[
+    "key", "keys", "with", "kind", "lease", "wait", "on_lost", "crate",
+];
 
 /// The values of `kind`, as the error for an unknown one lists them.
 const KINDS: &str = "\"lock\", \"read\", \"write\"";
@@ -52,6 +54,14 @@ pub(crate) struct LockArgs {
     pub(crate) on_lost: OnLostArg,
     /// The path generated code uses to reach the runtime; `::lock_runtime` unless overridden.
     pub(crate) krate: syn::Path,
+    /// `with(name = expr, ..)`: values computed from the arguments, which placeholders name.
+    pub(crate) with: Vec<WithBinding>,
+}
+
+/// `name = expr` in `with(..)`.
+pub(crate) struct WithBinding {
+    pub(crate) name: Ident,
+    pub(crate) expr: Expr,
 }
 
 impl LockArgs {
@@ -102,6 +112,7 @@ fn parse_args(input: ParseStream<'_>) -> syn::Result<LockArgs> {
     let mut wait = Slot::new();
     let mut on_lost = Slot::new();
     let mut krate = Slot::new();
+    let mut with = Slot::new();
 
     // A positional key, as lock4j users write it: `#[distributed_lock("goods:<id>", ..)]`.
     if input.peek(LitStr) {
@@ -124,6 +135,14 @@ fn parse_args(input: ParseStream<'_>) -> syn::Result<LockArgs> {
                     ARGUMENTS.join(", ")
                 ),
             ));
+        }
+        if name_text == "with" {
+            with.set(&name, || parse_with(input))?;
+            if input.is_empty() {
+                break;
+            }
+            input.parse::<Token![,]>()?;
+            continue;
         }
         input.parse::<Token![=]>()?;
         // `key` and `keys` exclude each other: the second one given is the mistake.
@@ -195,7 +214,51 @@ fn parse_args(input: ParseStream<'_>) -> syn::Result<LockArgs> {
         krate: krate
             .value
             .unwrap_or_else(|| syn::parse_quote!(::lock_runtime)),
+        with: with.value.unwrap_or_default(),
     })
+}
+
+/// `with(email = user.email(), n = items.len())`: one or more `name = expression`, each name
+/// once.
+fn parse_with(input: ParseStream<'_>) -> syn::Result<Vec<WithBinding>> {
+    const EXAMPLE: &str = "`key = \"user:<email>\", with(email = user.email())`";
+    if !input.peek(syn::token::Paren) {
+        return Err(input.error(format!(
+            "`with` takes `name = expression` pairs in parentheses, e.g. {EXAMPLE}"
+        )));
+    }
+    let content;
+    let parens = syn::parenthesized!(content in input);
+    let mut bindings: Vec<WithBinding> = Vec::new();
+    while !content.is_empty() {
+        let name: Ident = content.parse()?;
+        if name == "self" || name.to_string().starts_with("__lock") {
+            return Err(Error::new(
+                name.span(),
+                format!("`{name}` cannot be a name in `with(..)`; choose another"),
+            ));
+        }
+        if bindings.iter().any(|b| b.name == name) {
+            return Err(Error::new(
+                name.span(),
+                format!("`{name}` is bound twice in `with(..)`"),
+            ));
+        }
+        content.parse::<Token![=]>()?;
+        let expr: Expr = content.parse()?;
+        bindings.push(WithBinding { name, expr });
+        if content.is_empty() {
+            break;
+        }
+        content.parse::<Token![,]>()?;
+    }
+    if bindings.is_empty() {
+        return Err(Error::new(
+            parens.span.join(),
+            format!("`with(..)` binds nothing; e.g. {EXAMPLE}"),
+        ));
+    }
+    Ok(bindings)
 }
 
 /// `keys = ["..", ".."]`: an array of one or more string literals; anything else is an error
@@ -350,11 +413,38 @@ mod tests {
     }
 
     #[test]
+    fn with_binds_names_to_expressions() {
+        let args = LockArgs::parse(quote!(
+            key = "u:<email>",
+            with(email = user.email(), n = 1 + 2)
+        ))
+        .unwrap();
+        let names: Vec<String> = args.with.iter().map(|b| b.name.to_string()).collect();
+        assert_eq!(names, ["email", "n"]);
+        let expr = &args.with[0].expr;
+        assert_eq!(quote!(#expr).to_string(), "user . email ()");
+        for (tokens, message) in [
+            (quote!(key = "k", with()), "binds nothing"),
+            (quote!(key = "k", with = "x"), "in parentheses"),
+            (quote!(key = "k", with(a = 1, a = 2)), "bound twice"),
+            (quote!(key = "k", with(self = 1)), "expected identifier"),
+            (quote!(key = "k", with(__lock_x = 1)), "cannot be a name"),
+            (
+                quote!(key = "k", with(a = 1), with(b = 2)),
+                "set multiple times",
+            ),
+        ] {
+            let e = error(tokens.clone());
+            assert!(e.contains(message), "{tokens}: {e}");
+        }
+    }
+
+    #[test]
     fn unknown_and_duplicate_arguments_are_rejected() {
         assert_eq!(
             error(quote!(key = "k", timeout = "5s")),
-            "unknown argument `timeout`, expected one of: key, keys, kind, lease, wait, on_lost, \
-             crate"
+            "unknown argument `timeout`, expected one of: key, keys, with, kind, lease, wait, \
+             on_lost, crate"
         );
         assert_eq!(error(quote!(key = "k", forever)), error(quote!(forever)));
         assert_eq!(

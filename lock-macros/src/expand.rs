@@ -2,6 +2,7 @@
 
 use proc_macro2::{Literal, Span, TokenStream};
 use quote::{quote, quote_spanned};
+use syn::ext::IdentExt;
 use syn::spanned::Spanned;
 use syn::visit::Visit;
 use syn::{Error, GenericArgument, ItemFn, LitStr, PathArguments, ReturnType, Type};
@@ -138,12 +139,34 @@ fn expand(args: TokenStream, function: &ItemFn) -> syn::Result<TokenStream> {
     };
     let result_type = errors.take(Output::of(output, &function.sig.ident));
     // Every template is checked, so each bad one is reported.
-    let bindings = Bindings::of(&function.sig);
+    let mut bindings = Bindings::of(&function.sig);
+    if let Some(args) = &args
+        && let Some(with) = errors.take(Bindings::of(&function.sig).with(&args.with))
+    {
+        bindings = with;
+    }
     let templates: Option<Vec<KeyTemplate>> = args.as_ref().map(|args| {
         args.key_literals()
             .filter_map(|lit| errors.take(KeyTemplate::parse(lit, &bindings)))
             .collect()
     });
+    // a `with(..)` value no template uses is a mistake (a misspelt placeholder, most likely)
+    if let (Some(args), Some(templates)) = (&args, &templates)
+        && templates.len() == args.key_literals().count()
+    {
+        for binding in &args.with {
+            let name = binding.name.unraw().to_string();
+            if !templates.iter().any(|t| t.uses(&name)) {
+                errors.push(Error::new(
+                    binding.name.span(),
+                    format!(
+                        "`{name}` is computed in `with(..)` but no key placeholder uses it: \
+                         write `<{name}>` in the key, or remove it"
+                    ),
+                ));
+            }
+        }
+    }
     errors.finish()?;
     let (Some(args), Some(result_type), Some(templates)) = (args, result_type, templates) else {
         unreachable!("every missing part recorded an error");
@@ -154,7 +177,13 @@ fn expand(args: TokenStream, function: &ItemFn) -> syn::Result<TokenStream> {
     let key_exprs = templates
         .iter()
         .zip(args.key_literals())
-        .map(|(template, lit)| template.to_expr(lit, krate));
+        .map(|(template, lit)| template.to_expr(lit, krate, &bindings));
+    // `with(..)` values, computed once each before the key, in hygienic locals
+    let with_lets = args.with.iter().map(|binding| {
+        let var = crate::key::with_var(&binding.name);
+        let expr = &binding.expr;
+        quote!(let #var = #expr;)
+    });
     let keys_var = match &args.locks {
         LocksArg::One { .. } => quote::format_ident!("__lock_key", span = Span::mixed_site()),
         LocksArg::All(_) => quote::format_ident!("__lock_keys", span = Span::mixed_site()),
@@ -287,6 +316,7 @@ fn expand(args: TokenStream, function: &ItemFn) -> syn::Result<TokenStream> {
     let run = quote_spanned!(check_span=> #run_locked(#spec_var, #body).await);
     let locked = quote! {
         #error_check
+        #(#with_lets)*
         let #keys_var = #keys_value;
         let #spec_var = #private::LockSpec {
             locks: #locks,

@@ -20,14 +20,23 @@ enum Segment {
     Placeholder(Placeholder),
 }
 
-/// `<root.field.field>`: a binding of the fn's parameters (or `self`) and a field path.
+/// `<root.field.method()>`: a binding of the fn's parameters (or `self`, or a name of
+/// `with(..)`) and a path of fields and argument-less method calls.
 struct Placeholder {
     /// What is between `<` and `>`, for messages.
     path: String,
     root: Ident,
-    fields: Vec<Member>,
+    fields: Vec<Access>,
     /// Byte range of `<..>` in the key's value, for error spans.
     range: Range<usize>,
+}
+
+/// One step of a placeholder's path.
+enum Access {
+    /// `.field` or `.0`.
+    Field(Member),
+    /// `.method()`: a method that takes no argument.
+    Method(Ident),
 }
 
 /// A template error before it is given a span: the message and where in the key it is.
@@ -41,6 +50,8 @@ struct TemplateError {
 pub(crate) struct Bindings {
     names: Vec<String>,
     has_self: bool,
+    /// The names of `with(..)` and the span of each one's expression.
+    with: Vec<(String, Span)>,
 }
 
 impl Bindings {
@@ -55,6 +66,39 @@ impl Bindings {
         }
         bindings
     }
+
+    /// Adds the names of `with(..)`; a name that a parameter binds too is an error at it.
+    pub(crate) fn with(mut self, with: &[crate::args::WithBinding]) -> syn::Result<Self> {
+        for binding in with {
+            let name = binding.name.unraw().to_string();
+            if self.names.contains(&name) {
+                return Err(Error::new(
+                    binding.name.span(),
+                    format!(
+                        "`{name}` in `with(..)` is also a parameter of this fn: name the \
+                         computed value otherwise (a placeholder `<{name}>` would be ambiguous)"
+                    ),
+                ));
+            }
+            self.with
+                .push((name, syn::spanned::Spanned::span(&binding.expr)));
+        }
+        Ok(self)
+    }
+
+    /// The span of the expression of the `with(..)` name `name`, if it is one.
+    fn with_span(&self, name: &str) -> Option<Span> {
+        self.with
+            .iter()
+            .find(|(n, _)| n == name)
+            .map(|(_, span)| *span)
+    }
+}
+
+/// The local that holds the value of the `with(..)` name `name` (hygienic: the fn's body cannot
+/// see it).
+pub(crate) fn with_var(name: &Ident) -> Ident {
+    quote::format_ident!("__lock_with_{}", name.unraw(), span = Span::mixed_site())
 }
 
 fn collect_pattern(pat: &Pat, names: &mut Vec<String>) {
@@ -104,7 +148,12 @@ impl KeyTemplate {
     /// `::std::format!("goods:{}", ::lock_runtime::__private::key_part(&id))`. Each `key_part`
     /// call carries the span of its placeholder so a value that is not `Display` is reported
     /// there, once.
-    pub(crate) fn to_expr(&self, lit: &LitStr, krate: &syn::Path) -> TokenStream {
+    pub(crate) fn to_expr(
+        &self,
+        lit: &LitStr,
+        krate: &syn::Path,
+        bindings: &Bindings,
+    ) -> TokenStream {
         let mut format = String::new();
         let mut values = Vec::new();
         for segment in &self.segments {
@@ -112,21 +161,53 @@ impl KeyTemplate {
                 Segment::Text(text) => format.push_str(&text.replace('{', "{{").replace('}', "}}")),
                 Segment::Placeholder(placeholder) => {
                     format.push_str("{}");
-                    let span = subspan(lit, placeholder.range.clone());
-                    let placeholder_root = &placeholder.root;
-                    let root = respan(quote!(&#placeholder_root), span);
+                    let at_key = subspan(lit, placeholder.range.clone());
+                    let with = bindings.with_span(&placeholder.root.unraw().to_string());
+                    // a `with(..)` value is checked at its expression, a parameter at the key
+                    let span = with.unwrap_or(at_key);
+                    let root = match with {
+                        Some(_) => {
+                            // the local's hygiene at the expression's place: the bounds fail at
+                            // one span, so only one error is shown
+                            // (in parentheses: an expression that begins and ends in different
+                            // hygiene contexts would be reported at the whole attribute)
+                            let mut var = with_var(&placeholder.root);
+                            var.set_span(Span::mixed_site().located_at(span));
+                            let mut value =
+                                Group::new(proc_macro2::Delimiter::Parenthesis, quote!(#var));
+                            value.set_span(span);
+                            let and = respan(quote!(&), span);
+                            quote!(#and #value)
+                        }
+                        None => {
+                            let placeholder_root = &placeholder.root;
+                            respan(quote!(&#placeholder_root), span)
+                        }
+                    };
                     // Field names carry a span from this expansion: a misspelt field is still
                     // reported at the key, but the compiler does not suggest replacing the
                     // whole key literal with the field it meant.
                     let field_span = Span::mixed_site().located_at(span);
-                    let fields = placeholder.fields.iter().map(|field| {
-                        let mut field = field.clone();
-                        match &mut field {
-                            Member::Named(name) => name.set_span(field_span),
-                            Member::Unnamed(index) => index.span = field_span,
-                        }
+                    let fields = placeholder.fields.iter().map(|access| {
                         let dot = respan(quote!(.), span);
-                        quote!(#dot #field)
+                        match access {
+                            Access::Field(field) => {
+                                let mut field = field.clone();
+                                match &mut field {
+                                    Member::Named(name) => name.set_span(field_span),
+                                    Member::Unnamed(index) => index.span = field_span,
+                                }
+                                quote!(#dot #field)
+                            }
+                            Access::Method(method) => {
+                                let mut method = method.clone();
+                                method.set_span(field_span);
+                                let mut call =
+                                    Group::new(proc_macro2::Delimiter::Parenthesis, quote!());
+                                call.set_span(span);
+                                quote!(#dot #method #call)
+                            }
+                        }
                     });
                     let to_string = respan(quote!(::std::string::ToString::to_string), span);
                     let key_part = respan(quote!(#krate::__private::key_part), span);
@@ -147,6 +228,14 @@ impl KeyTemplate {
         }
         let format = LitStr::new(&format, lit.span());
         quote!(::std::format!(#format, #(#values),*))
+    }
+
+    /// Whether a placeholder of this template starts at `name`.
+    pub(crate) fn uses(&self, name: &str) -> bool {
+        self.segments.iter().any(|segment| match segment {
+            Segment::Placeholder(p) => p.root.unraw() == name,
+            Segment::Text(_) => false,
+        })
     }
 
     /// The literal text of a template without placeholders.
@@ -219,12 +308,14 @@ fn parse_placeholder(inner: &str, range: Range<usize>) -> Result<Placeholder, Te
     }
     let bad_path = || {
         invalid(format!(
-            "invalid placeholder `<{inner}>`: expected a parameter name or a field path \
-             such as `<id>`, `<user.id>` or `<pair.0>`"
+            "invalid placeholder `<{inner}>`: expected a parameter name, then fields and \
+             methods without arguments, such as `<id>`, `<user.id>`, `<pair.0>` or \
+             `<user.email()>`; for any other expression, compute it in `with(..)`: \
+             `key = \"user:<email>\", with(email = user.email().to_lowercase())`"
         ))
     };
-    // Only identifier characters and dots: no spaces or comments around the names.
-    let allowed = |c: char| c.is_alphanumeric() || matches!(c, '_' | '.' | '#');
+    // Only identifier characters, dots and `()`: no spaces or comments around the names.
+    let allowed = |c: char| c.is_alphanumeric() || matches!(c, '_' | '.' | '#' | '(' | ')');
     if !inner.chars().all(allowed) {
         return Err(bad_path());
     }
@@ -234,7 +325,15 @@ fn parse_placeholder(inner: &str, range: Range<usize>) -> Result<Placeholder, Te
         .and_then(|root| Ident::parse_any.parse_str(root).ok())
         .ok_or_else(bad_path)?;
     let fields = parts
-        .map(|field| syn::parse_str::<Member>(field).map_err(|_| bad_path()))
+        .map(|part| match part.strip_suffix("()") {
+            Some(method) => Ident::parse_any
+                .parse_str(method)
+                .map(Access::Method)
+                .map_err(|_| bad_path()),
+            None => syn::parse_str::<Member>(part)
+                .map(Access::Field)
+                .map_err(|_| bad_path()),
+        })
         .collect::<Result<_, _>>()?;
     Ok(Placeholder {
         path: inner.to_owned(),
@@ -249,12 +348,17 @@ fn check_binding(placeholder: &Placeholder, bindings: &Bindings) -> Result<(), T
     let known = if root == "self" {
         bindings.has_self
     } else {
-        bindings.names.contains(&root)
+        bindings.names.contains(&root) || bindings.with_span(&root).is_some()
     };
     if known {
         return Ok(());
     }
-    let mut available: Vec<String> = bindings.names.iter().map(|n| format!("`{n}`")).collect();
+    let mut available: Vec<String> = bindings
+        .names
+        .iter()
+        .chain(bindings.with.iter().map(|(n, _)| n))
+        .map(|n| format!("`{n}`"))
+        .collect();
     if bindings.has_self {
         available.insert(0, "`self`".into());
     }
@@ -266,7 +370,7 @@ fn check_binding(placeholder: &Placeholder, bindings: &Bindings) -> Result<(), T
     let what = if root == "self" {
         "`self` is not a parameter of this fn".to_owned()
     } else {
-        format!("no parameter of this fn binds `{root}`")
+        format!("no parameter of this fn (nor `with(..)`) binds `{root}`")
     };
     Err(TemplateError {
         message: format!(
@@ -299,7 +403,7 @@ fn check_foreign_placeholders(
             && if root == "self" {
                 bindings.has_self
             } else {
-                bindings.names.iter().any(|n| n == root)
+                bindings.names.iter().any(|n| n == root) || bindings.with_span(root).is_some()
             }
     };
     let path_len = |text: &str| {

@@ -20,10 +20,11 @@ fn error(key: &str, sig: TokenStream) -> String {
 fn expr(key: &str, sig: TokenStream) -> String {
     let lit = LitStr::new(key, Span::call_site());
     let krate: syn::Path = syn::parse_quote!(::lock_runtime);
+    let sig_bindings = bindings(sig.clone());
     template(key, sig)
         .map_err(|e| e.to_string())
         .unwrap()
-        .to_expr(&lit, &krate)
+        .to_expr(&lit, &krate, &sig_bindings)
         .to_string()
 }
 
@@ -68,8 +69,11 @@ fn text_and_placeholders_are_split() {
         .map(|segment| match segment {
             Segment::Text(text) => format!("text {text}"),
             Segment::Placeholder(p) => {
-                let fields = &p.fields;
-                format!("{} {} {:?}", p.root, quote!(#(.#fields)*), p.range)
+                let fields = p.fields.iter().map(|access| match access {
+                    Access::Field(field) => quote!(.#field),
+                    Access::Method(method) => quote!(.#method()),
+                });
+                format!("{} {} {:?}", p.root, quote!(#(#fields)*), p.range)
             }
         })
         .collect();
@@ -115,7 +119,7 @@ fn generated_expression_formats_each_placeholder_with_key_part() {
 fn unknown_placeholders_name_what_is_available() {
     assert_eq!(
         error("goods:<idd>", quote!(fn f(&self, id: u64))),
-        "unknown placeholder `<idd>`: no parameter of this fn binds `idd` (available: `self`, `id`)"
+        "unknown placeholder `<idd>`: no parameter of this fn (nor `with(..)`) binds `idd` (available: `self`, `id`)"
     );
     assert_eq!(
         error("<self.id>", quote!(fn f(id: u64))),
@@ -155,4 +159,27 @@ fn lone_closing_brackets_are_text() {
         panic!("rejected")
     };
     assert!(matches!(parsed.segments.as_slice(), [Segment::Text(text)] if text == "a>b"));
+}
+
+#[test]
+fn placeholders_call_methods_without_arguments() {
+    let generated = expr(
+        "user:<user.email()>:<user.profile.name().len()>",
+        quote!(fn f(user: U)),
+    );
+    assert!(generated.contains("& user . email ()"), "{generated}");
+    assert!(
+        generated.contains("& user . profile . name () . len ()"),
+        "{generated}"
+    );
+    // arguments, spaces, a method as the root: refused with the way out
+    for bad in [
+        "<user.email(1)>",
+        "<user.email( )>",
+        "<email()>",
+        "<user.()>",
+    ] {
+        let e = error(bad, quote!(fn f(user: U)));
+        assert!(e.contains("with("), "{bad}: {e}");
+    }
 }

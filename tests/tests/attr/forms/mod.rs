@@ -15,6 +15,7 @@ mod durations;
 mod free_fn_with_all_arguments;
 mod generics;
 mod impl_trait_args;
+mod keys_from_expressions;
 mod kinds_and_keys;
 // written as users write them, on one line: `cargo fmt` would spread them over three
 #[rustfmt::skip]

@@ -1,0 +1,19 @@
+use lock_runtime::{LockError, distributed_lock};
+
+struct User {
+    email: String,
+}
+
+impl User {
+    fn email(&self) -> &str {
+        &self.email
+    }
+}
+
+#[distributed_lock(key = "user:<user>", with(user = user.email()))]
+async fn save(user: User) -> Result<(), LockError> {
+    let _ = user;
+    Ok(())
+}
+
+fn main() {}
