@@ -32,3 +32,10 @@ pub(crate) async fn run<T: Send + 'static>(
         )
     })?
 }
+
+/// Runs `future` to its end from a thread that runs no runtime, with the global service's
+/// runtime driving its I/O and timers (the blocking API).
+#[cfg(feature = "blocking")]
+pub(crate) fn block_on<F: Future>(future: F) -> F::Output {
+    DRIVER.block_on(future)
+}

@@ -129,6 +129,7 @@
 //! | `tower` | no | `middleware::tower`: a lock-owner scope per request for axum / tower, request ids, `IntoResponse` for [`LockError`] |
 //! | `actix-web` | no | `middleware::actix`: the same for actix-web, `ResponseError` for [`LockError`] |
 //! | `tls` | no | `rediss://` URLs with a custom CA and client certificates (mutual TLS), through rustls (no OpenSSL); see [`TlsConfig`] and [`config`](config#tls) |
+//! | `blocking` | no | `lock_runtime::blocking`: the locks for synchronous code, each call blocking the calling thread (its own runtime thread, as `reqwest::blocking`) |
 //! | `metrics` | no | acquire, wait and hold times, grants, timeouts, losses, renewals, waiters and Redis calls through the [`metrics`](https://docs.rs/metrics/0.24) facade: see [`metrics`] for the names; the application installs the recorder |
 //!
 //! # Observing the locks
@@ -170,6 +171,9 @@
 #[doc(hidden)]
 pub mod __private;
 mod backend;
+#[cfg(feature = "blocking")]
+#[cfg_attr(docsrs, doc(cfg(feature = "blocking")))]
+pub mod blocking;
 pub mod config;
 mod context;
 mod detach;
