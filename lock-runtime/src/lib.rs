@@ -130,6 +130,7 @@
 //! | `actix-web` | no | `middleware::actix`: the same for actix-web, `ResponseError` for [`LockError`] |
 //! | `tls` | no | `rediss://` URLs with a custom CA and client certificates (mutual TLS), through rustls (no OpenSSL); see [`TlsConfig`] and [`config`](config#tls) |
 //! | `blocking` | no | `lock_runtime::blocking`: the locks for synchronous code, each call blocking the calling thread (its own runtime thread, as `reqwest::blocking`) |
+//! | `testing` | no | `lock_runtime::testing`: a private `redis-server` per test process and the global service on it, for your tests (a dev-dependency feature) |
 //! | `metrics` | no | acquire, wait and hold times, grants, timeouts, losses, renewals, waiters and Redis calls through the [`metrics`](https://docs.rs/metrics/0.24) facade: see [`metrics`] for the names; the application installs the recorder |
 //!
 //! # Observing the locks
@@ -193,6 +194,9 @@ pub mod owner;
 mod registry;
 mod scripts;
 mod service;
+#[cfg(feature = "testing")]
+#[cfg_attr(docsrs, doc(cfg(feature = "testing")))]
+pub mod testing;
 mod vocab;
 
 pub use config::{DefaultWait, LockConfig, TlsConfig, Topology};

@@ -19,6 +19,9 @@
 //! lock-worker <config.toml> annotated <key>
 //!     starts the global service from the file and calls an annotated fn on "order:<key>" that
 //!     calls another one on the same key; prints "ok <fence> <hold count inside>"
+//! lock-worker testing-server
+//!     starts a `lock_runtime::testing::RedisServer`, prints "port <port>", then sleeps until
+//!     killed
 //! lock-worker from-env annotated <key>
 //!     the same with the global service set up by `init_from_env` (`$LOCK_CONFIG`, else a
 //!     `lock.toml` in the working directory or beside the executable)
@@ -66,6 +69,13 @@ use lock_tests::history::{
 async fn main() {
     let args: Vec<String> = std::env::args().skip(1).collect();
     let url = &args[0];
+    if url == "testing-server" {
+        let server = lock_runtime::testing::RedisServer::start()
+            .await
+            .expect("start a test redis-server");
+        println!("port {}", server.port());
+        std::future::pending::<()>().await;
+    }
     if url == "from-env" && args[1] == "annotated" {
         lock_runtime::init_from_env()
             .await

@@ -81,3 +81,50 @@ async fn init_from_env_finds_the_config_file_beside_the_executable() {
         "started with the file beside the executable although the working directory has one"
     );
 }
+
+/// A user's test of an annotated fn in three lines: `testing::init()` starts a private
+/// redis-server for the test process and sets the global service up on it.
+#[tokio::test]
+async fn a_users_test_needs_three_lines() {
+    let locks = lock_runtime::testing::init().await;
+    assert_eq!(buy(7).await.unwrap(), "bought 7");
+    // a second init in the same process shares the server and the service
+    assert!(std::ptr::eq(locks, lock_runtime::testing::init().await));
+}
+
+/// The test server goes away with its owner: when the `RedisServer` is dropped, and when the
+/// process that started it is killed with SIGKILL (no destructor runs).
+#[tokio::test]
+async fn a_test_server_stops_when_dropped_and_when_its_process_is_killed() {
+    let answers = |port: u16| async move {
+        let client = redis::Client::open(format!("redis://127.0.0.1:{port}")).unwrap();
+        match client.get_multiplexed_async_connection().await {
+            Ok(mut con) => redis::cmd("PING")
+                .query_async::<String>(&mut con)
+                .await
+                .is_ok(),
+            Err(_) => false,
+        }
+    };
+    let gone_within = |port: u16, what: &'static str| async move {
+        let deadline = std::time::Instant::now() + Duration::from_secs(10);
+        while answers(port).await {
+            assert!(std::time::Instant::now() < deadline, "{what}");
+            tokio::time::sleep(Duration::from_millis(20)).await;
+        }
+    };
+    let server = lock_runtime::testing::RedisServer::start().await.unwrap();
+    let port = server.port();
+    assert!(answers(port).await);
+    drop(server);
+    gone_within(port, "still answering after the RedisServer was dropped").await;
+
+    let mut worker = Worker::spawn(&["testing-server"]);
+    let line = worker.line(Duration::from_secs(20)).await;
+    let port: u16 = line.strip_prefix("port ").unwrap().parse().unwrap();
+    assert!(answers(port).await, "{line}");
+    let pid = i32::try_from(worker.pid()).unwrap();
+    // SAFETY: kill(2) on the worker's pid
+    assert_eq!(unsafe { libc::kill(pid, libc::SIGKILL) }, 0);
+    gone_within(port, "still answering after its process was killed").await;
+}
