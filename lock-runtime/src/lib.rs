@@ -51,6 +51,9 @@
 //! # Ok(()) }
 //! ```
 //!
+//! [`cookbook`]: recipes for a flash sale, a job that runs once per schedule, a transfer
+//! between two accounts, a rate-limited API, a read-mostly catalog and fenced writes to SQL.
+//!
 //! # The lock family
 //!
 //! | kind | call | guard | when to use it | tested in (`tests/tests/`) |
@@ -177,6 +180,8 @@ mod backend;
 pub mod blocking;
 pub mod config;
 mod context;
+#[doc = include_str!("cookbook.md")]
+pub mod cookbook {}
 mod detach;
 mod driver;
 mod engine;
