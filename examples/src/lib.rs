@@ -82,10 +82,9 @@ pub fn receipt<'a>(
     }
 }
 
-/// The project README: its complete programs (the axum and actix-web services of "Use it in
-/// your service") compile as written, as doctests of this crate, which has the dependencies
-/// they name (axum, actix-web, tokio, lock-runtime with its features). Fragments are marked
-/// `rust,ignore`.
+/// The project README: every Rust snippet compiles as written, as a doctest of this crate,
+/// which has the dependencies they name (axum, actix-web, tokio, redis, toml, lock-runtime with
+/// its features, this crate's `segmented` module).
 #[cfg(doctest)]
 #[doc = include_str!("../../README.md")]
 pub struct ReadmeDoctests;
