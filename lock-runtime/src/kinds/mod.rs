@@ -178,13 +178,15 @@ impl Acquiring {
 /// The methods every guard has, forwarded to its [`Guard`](crate::engine::Guard) core, with the
 /// docs written for the kind (`$noun`: "lock", "read lock", ...).
 macro_rules! guard_methods {
-    ($noun:literal) => {
+    ($noun:literal, $take:literal) => {
         /// The key as it was asked for.
         pub fn key(&self) -> &str {
             self.core.key()
         }
 
         #[doc = concat!("The fencing token of this ", $noun, ": see [`LockGuard::fence`](crate::LockGuard::fence).")]
+        ///
+        #[doc = concat!("```no_run\n# use std::time::Duration;\n# async fn demo(locks: lock_runtime::LockService) -> Result<(), lock_runtime::LockError> {\nlet guard = ", $take, ".await?;\nlet token: u64 = guard.fence(); // send it with the writes the hold protects\n# let _ = token;\nguard.release().await?;\n# Ok(()) }\n```")]
         pub fn fence(&self) -> u64 {
             self.core.fence()
         }
@@ -200,6 +202,8 @@ macro_rules! guard_methods {
         }
 
         #[doc = concat!("Whether the ", $noun, " is known to be lost: its validity deadline passed (see [`lost`](Self::lost)), a renewal or re-entry found it gone, or it was force-unlocked from this service.")]
+        ///
+        #[doc = concat!("```no_run\n# use std::time::Duration;\n# async fn demo(locks: lock_runtime::LockService) -> Result<(), lock_runtime::LockError> {\nlet guard = ", $take, ".await?;\n// ... a step of the work ...\nif guard.is_lost() {\n    return Ok(()); // stop: someone else may hold it now\n}\nguard.release().await?;\n# Ok(()) }\n```")]
         pub fn is_lost(&self) -> bool {
             self.core.is_lost()
         }
@@ -207,6 +211,8 @@ macro_rules! guard_methods {
         /// The instant until which this hold is known to be valid: the last successful grant,
         /// renewal or extension's *send* time plus the lease, less a margin for clock drift
         /// (1% + 2 ms). The watchdog pushes it further with every renewal.
+        ///
+        #[doc = concat!("```no_run\n# use std::time::Duration;\n# async fn demo(locks: lock_runtime::LockService) -> Result<(), lock_runtime::LockError> {\nlet guard = ", $take, ".await?;\nlet left = guard.valid_until().saturating_duration_since(std::time::Instant::now());\n# let _ = left;\nguard.release().await?;\n# Ok(()) }\n```")]
         pub fn valid_until(&self) -> std::time::Instant {
             self.core.valid_until()
         }
@@ -223,6 +229,8 @@ macro_rules! guard_methods {
         ///
         /// # Cancel safety
         /// Cancel safe: dropping the future changes nothing.
+        ///
+        #[doc = concat!("```no_run\n# use std::time::Duration;\n# async fn demo(locks: lock_runtime::LockService) -> Result<(), lock_runtime::LockError> {\nlet guard = ", $take, ".await?;\ntokio::select! {\n    () = async { /* the critical section */ } => guard.release().await?,\n    why = guard.lost() => return Err(why), // stopped: someone else may hold it now\n}\n# Ok(()) }\n```")]
         pub async fn lost(&self) -> crate::error::LockError {
             self.core.lost().await
         }
@@ -244,6 +252,8 @@ macro_rules! guard_methods {
         /// changed on Redis), [`ErrorKind::InvalidArgument`](crate::ErrorKind::InvalidArgument)
         /// for a lease outside 1 ms to 3650 days, [`ErrorKind::Backend`](crate::ErrorKind::Backend)
         /// when Redis failed (the hold keeps its old lease).
+        ///
+        #[doc = concat!("```no_run\n# use std::time::Duration;\n# async fn demo(locks: lock_runtime::LockService) -> Result<(), lock_runtime::LockError> {\nlet guard = ", $take, ".await?;\n// the work takes longer than planned: 30 s more from now (no `mut` needed)\nguard.extend(Duration::from_secs(30)).await?;\nguard.release().await?;\n# Ok(()) }\n```")]
         pub async fn extend(&self, lease: std::time::Duration) -> Result<(), crate::error::LockError> {
             self.core.extend(lease).await
         }
@@ -262,6 +272,8 @@ macro_rules! guard_methods {
         ///
         /// # Cancel safety
         /// The release runs in its own task: cancelling this future does not stop it.
+        ///
+        #[doc = concat!("```no_run\n# use std::time::Duration;\n# async fn demo(locks: lock_runtime::LockService) -> Result<(), lock_runtime::LockError> {\nlet guard = ", $take, ".await?;\n// ... the critical section ...\nguard.release().await?; // Err(kind NotHeld) when the lease ran out meanwhile\n# Ok(()) }\n```")]
         pub async fn release(self) -> Result<(), crate::error::LockError> {
             self.core.release().await
         }
@@ -272,14 +284,18 @@ pub(crate) use guard_methods;
 
 /// The lease and wait options every request builder has (fields `lease` and `wait`).
 macro_rules! request_methods {
-    ($noun:literal) => {
+    ($noun:literal, $request:literal) => {
         #[doc = concat!("Hold the ", $noun, " for at most `lease`: it expires then even if this process dies or forgets to release it. Without a lease the watchdog keeps it (with `watchdog_timeout`) until it is released.")]
+        ///
+        #[doc = concat!("```no_run\n# use std::time::Duration;\n# async fn demo(locks: lock_runtime::LockService) -> Result<(), lock_runtime::LockError> {\nlet guard = ", $request, "\n    .lease(Duration::from_secs(5)) // expires 5 s after the grant at the latest\n    .await?;\n# let _ = guard;\n# Ok(()) }\n```")]
         pub fn lease(mut self, lease: std::time::Duration) -> Self {
             self.lease = Some(lease);
             self
         }
 
         #[doc = concat!("Give up with [`ErrorKind::Timeout`](crate::ErrorKind::Timeout) when the ", $noun, " could not be acquired within `wait`. Without it the request waits until it is acquired; `Duration::ZERO` tries once.")]
+        ///
+        #[doc = concat!("```no_run\n# use std::time::Duration;\n# async fn demo(locks: lock_runtime::LockService) -> Result<(), lock_runtime::LockError> {\nlet guard = ", $request, "\n    .wait(Duration::from_secs(2)) // Err(kind Timeout) after 2 s\n    .await?;\n# let _ = guard;\n# Ok(()) }\n```")]
         pub fn wait(mut self, wait: std::time::Duration) -> Self {
             self.wait = Some(wait);
             self
@@ -292,6 +308,8 @@ macro_rules! request_methods {
         }
 
         /// Try once, without waiting (the try-once / skip pattern): `wait(Duration::ZERO)`.
+        ///
+        #[doc = concat!("```no_run\n# use std::time::Duration;\n# async fn demo(locks: lock_runtime::LockService) -> Result<(), lock_runtime::LockError> {\nlet guard = ", $request, "\n    .try_once()\n    .await;\nif let Err(e) = &guard {\n    assert!(e.is_timeout()); // another owner has it: skip the work\n}\n# let _ = guard;\n# Ok(()) }\n```")]
         pub fn try_once(self) -> Self {
             self.wait(std::time::Duration::ZERO)
         }
@@ -300,6 +318,8 @@ macro_rules! request_methods {
         /// [events](crate::events): a fixed name for a family of keys, such as `"goods"` for
         /// `goods:<id>`. Never build it from the key: each distinct label is a time series of
         /// its own. Without it the label is `other`.
+        ///
+        #[doc = concat!("```no_run\n# use std::time::Duration;\n# async fn demo(locks: lock_runtime::LockService) -> Result<(), lock_runtime::LockError> {\nlet guard = ", $request, "\n    .metric_label(\"goods\") // one time series for every goods id\n    .await?;\n# let _ = guard;\n# Ok(()) }\n```")]
         pub fn metric_label(mut self, label: &'static str) -> Self {
             self.metric_label = label;
             self

@@ -64,7 +64,7 @@ impl<'a> MultiRequest<'a> {
         }
     }
 
-    super::request_methods!("locks");
+    super::request_methods!("locks", "locks.lock_all([\"account:1\", \"account:2\"])");
 
     /// Acquire every key as `owner` (see [`owner`](crate::owner#explicit-owners)).
     pub fn owner(mut self, owner: OwnerId) -> Self {

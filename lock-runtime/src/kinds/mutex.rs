@@ -116,7 +116,7 @@ impl<'a> LockRequest<'a> {
         }
     }
 
-    super::request_methods!("lock");
+    super::request_methods!("lock", "locks.lock(\"goods:7\")");
 
     /// Acquires the lock, runs the future `body` returns as a locked body, and releases the lock
     /// after it: lock calls inside the body (however deep, also `#[distributed_lock]` fns)
@@ -252,7 +252,7 @@ pub struct LockGuard {
 }
 
 impl LockGuard {
-    super::guard_methods!("lock");
+    super::guard_methods!("lock", "locks.lock(\"goods:7\")");
 }
 
 impl fmt::Debug for LockGuard {

@@ -177,7 +177,7 @@ impl<'a> WriteRequest<'a> {
 }
 
 impl<G: Send + 'static> RwRequest<'_, G> {
-    super::request_methods!("hold");
+    super::request_methods!("hold", "locks.write(\"catalog:7\")");
 
     /// Acquire as `owner` (see [`owner`](crate::owner#explicit-owners)) instead of following
     /// the call chain.
@@ -299,7 +299,7 @@ pub struct ReadGuard {
 }
 
 impl ReadGuard {
-    super::guard_methods!("read lock");
+    super::guard_methods!("read lock", "locks.read(\"catalog:7\")");
 }
 
 /// A write hold: excludes readers and other writers. From [`LockService::write`](crate::LockService::write).
@@ -312,7 +312,7 @@ pub struct WriteGuard {
 }
 
 impl WriteGuard {
-    super::guard_methods!("write lock");
+    super::guard_methods!("write lock", "locks.write(\"catalog:7\")");
 }
 
 impl fmt::Debug for ReadGuard {

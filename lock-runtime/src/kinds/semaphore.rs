@@ -208,7 +208,7 @@ pub struct PermitRequest<'a> {
 }
 
 impl PermitRequest<'_> {
-    super::request_methods!("permit");
+    super::request_methods!("permit", "locks.semaphore(\"pdf-render\", 4).acquire()");
 }
 
 impl<'a> IntoFuture for PermitRequest<'a> {
@@ -249,7 +249,7 @@ pub struct Permit {
 }
 
 impl Permit {
-    super::guard_methods!("permit");
+    super::guard_methods!("permit", "locks.semaphore(\"pdf-render\", 4).acquire()");
 
     /// How many permits this grant holds.
     pub fn count(&self) -> u32 {
