@@ -70,6 +70,15 @@ impl LockService {
     /// It re-enters a hold of an enclosing locked body of this call chain, or acts as the
     /// explicit owner of an [`owner::scope`]; otherwise it is a new owner (see [`owner`]). See
     /// [`LockRequest`] for the options.
+    ///
+    /// ```no_run
+    /// # use std::time::Duration;
+    /// # async fn demo(locks: lock_runtime::LockService) -> Result<(), lock_runtime::LockError> {
+    /// let guard = locks.lock("goods:42").wait(Duration::from_secs(2)).await?;
+    /// // ... the critical section; guard.fence() for the writes ...
+    /// guard.release().await?;
+    /// # Ok(()) }
+    /// ```
     pub fn lock(&self, key: impl Into<String>) -> LockRequest<'_> {
         LockRequest::new(&self.inner, key.into())
     }
@@ -80,6 +89,15 @@ impl LockService {
     /// (downgrade). See [`ReadGuard`](crate::ReadGuard).
     ///
     /// A read-write lock `key` is not the mutex `key`: they live under different Redis keys.
+    ///
+    /// ```no_run
+    /// # use std::time::Duration;
+    /// # async fn demo(locks: lock_runtime::LockService) -> Result<(), lock_runtime::LockError> {
+    /// let read = locks.read("catalog:7").await?; // alongside other readers
+    /// // ... read the catalog ...
+    /// read.release().await?;
+    /// # Ok(()) }
+    /// ```
     pub fn read(&self, key: impl Into<String>) -> ReadRequest<'_> {
         ReadRequest::read(&self.inner, key.into())
     }
@@ -88,12 +106,33 @@ impl LockService {
     /// writer and no reader meanwhile; fenced. An owner that holds `key` for reading gets
     /// [`ErrorKind::WouldDeadlock`](crate::ErrorKind::WouldDeadlock) at once (an upgrade would
     /// wait for itself). See [`WriteGuard`](crate::WriteGuard).
+    ///
+    /// ```no_run
+    /// # use std::time::Duration;
+    /// # async fn demo(locks: lock_runtime::LockService) -> Result<(), lock_runtime::LockError> {
+    /// let write = locks.write("catalog:7").lease(Duration::from_secs(30)).await?;
+    /// // ... change the catalog; write.fence() for fenced writes ...
+    /// write.release().await?;
+    /// # Ok(()) }
+    /// ```
     pub fn write(&self, key: impl Into<String>) -> WriteRequest<'_> {
         WriteRequest::write(&self.inner, key.into())
     }
 
     /// Starts a request for every lock in `keys` at once (all or nothing; see
     /// [`MultiRequest`](crate::MultiRequest)), e.g. both accounts of a transfer.
+    ///
+    /// ```no_run
+    /// # use std::time::Duration;
+    /// # async fn demo(locks: lock_runtime::LockService) -> Result<(), lock_runtime::LockError> {
+    /// let both = locks
+    ///     .lock_all(["account:1", "account:2"]) // in any order: no deadlock
+    ///     .wait(Duration::from_secs(2))
+    ///     .await?;
+    /// // ... move money between the two accounts ...
+    /// both.release().await?;
+    /// # Ok(()) }
+    /// ```
     pub fn lock_all<I>(&self, keys: I) -> MultiRequest<'_>
     where
         I: IntoIterator,
@@ -104,11 +143,32 @@ impl LockService {
 
     /// The semaphore `name` with `permits` permits cluster-wide (see
     /// [`Semaphore`](crate::Semaphore)).
+    ///
+    /// ```no_run
+    /// # use std::time::Duration;
+    /// # async fn demo(locks: lock_runtime::LockService) -> Result<(), lock_runtime::LockError> {
+    /// let renders = locks.semaphore("pdf-render", 4); // 4 at once, cluster-wide
+    /// let permit = renders.acquire().lease(Duration::from_secs(60)).await?;
+    /// // ... render ...
+    /// permit.release().await?;
+    /// # Ok(()) }
+    /// ```
     pub fn semaphore(&self, name: impl Into<String>, permits: u32) -> Semaphore {
         Semaphore::new(self.inner.clone(), name.into(), permits)
     }
 
     /// Tries once, without waiting: `lock(key).wait(Duration::ZERO)`.
+    ///
+    /// ```no_run
+    /// # use std::time::Duration;
+    /// # async fn demo(locks: lock_runtime::LockService) -> Result<(), lock_runtime::LockError> {
+    /// match locks.try_lock("job:nightly").await {
+    ///     Ok(guard) => guard.release().await?, // ran the job
+    ///     Err(e) if e.is_timeout() => {}       // another instance runs it
+    ///     Err(e) => return Err(e),
+    /// }
+    /// # Ok(()) }
+    /// ```
     pub fn try_lock(&self, key: impl Into<String>) -> LockRequest<'_> {
         self.lock(key).wait(Duration::ZERO)
     }
@@ -117,6 +177,15 @@ impl LockService {
     ///
     /// # Errors
     /// [`ErrorKind::InvalidKey`](crate::ErrorKind::InvalidKey) or [`ErrorKind::Backend`](crate::ErrorKind::Backend).
+    ///
+    /// ```no_run
+    /// # use std::time::Duration;
+    /// # async fn demo(locks: lock_runtime::LockService) -> Result<(), lock_runtime::LockError> {
+    /// if locks.is_locked("goods:42").await? {
+    ///     println!("someone is buying goods 42");
+    /// }
+    /// # Ok(()) }
+    /// ```
     pub async fn is_locked(&self, key: &str) -> Result<bool, LockError> {
         Ok(self.inspect(key).await?.holder.is_some())
     }
@@ -129,6 +198,15 @@ impl LockService {
     ///
     /// # Errors
     /// [`ErrorKind::InvalidKey`](crate::ErrorKind::InvalidKey) or [`ErrorKind::Backend`](crate::ErrorKind::Backend).
+    ///
+    /// ```no_run
+    /// # use std::time::Duration;
+    /// # async fn demo(locks: lock_runtime::LockService) -> Result<(), lock_runtime::LockError> {
+    /// // an operator's action: the holder's next renewal finds the lock gone
+    /// let removed = locks.force_unlock("goods:42").await?;
+    /// # let _ = removed;
+    /// # Ok(()) }
+    /// ```
     pub async fn force_unlock(&self, key: &str) -> Result<bool, LockError> {
         Ok(self
             .force_unlock_kind(LockKind::Mutex, key)
@@ -167,6 +245,14 @@ impl LockService {
     ///
     /// # Errors
     /// [`ErrorKind::InvalidKey`](crate::ErrorKind::InvalidKey) or [`ErrorKind::Backend`](crate::ErrorKind::Backend).
+    ///
+    /// ```no_run
+    /// # use std::time::Duration;
+    /// # async fn demo(locks: lock_runtime::LockService) -> Result<(), lock_runtime::LockError> {
+    /// let info = locks.inspect("goods:42").await?;
+    /// println!("held by {:?}, {} time(s), {:?} left", info.holder, info.hold_count, info.ttl);
+    /// # Ok(()) }
+    /// ```
     pub async fn inspect(&self, key: &str) -> Result<LockInfo, LockError> {
         self.inspect_kind(LockKind::Mutex, key).await
     }
