@@ -63,6 +63,14 @@ fn block_on<F: Future>(future: F) -> Result<F::Output, LockError> {
 
 /// [`crate::LockService`] for synchronous code: each call blocks until Redis answered. Cheap to
 /// clone; clones share the connections.
+///
+/// ```no_run
+/// # fn main() -> Result<(), lock_runtime::LockError> {
+/// let locks = lock_runtime::blocking::LockService::connect(lock_runtime::LockConfig::from_file("lock.toml")?)?;
+/// let guard = locks.lock("report:nightly").acquire()?;
+/// guard.release()?;
+/// # Ok(()) }
+/// ```
 #[derive(Debug, Clone)]
 pub struct LockService {
     inner: crate::LockService,
@@ -292,6 +300,14 @@ blocking_guard!(
 );
 
 /// A semaphore ([`crate::Semaphore`], blocking).
+///
+/// ```no_run
+/// # fn demo(locks: lock_runtime::blocking::LockService) -> Result<(), lock_runtime::LockError> {
+/// let renders = locks.semaphore("pdf-render", 4);
+/// let permit = renders.acquire().acquire()?; // blocks until a permit is free
+/// permit.release()?;
+/// # Ok(()) }
+/// ```
 #[derive(Debug, Clone)]
 pub struct Semaphore(crate::Semaphore);
 

@@ -18,6 +18,19 @@ tokio::task_local! {
 /// Handed to the closure of [`LockRequest::run`](crate::LockRequest::run); inside an annotated
 /// fn's body, [`current_fence`] and [`current_lock_key`] read the same. The `Held` of a read
 /// body cannot make fenced writes (see [`fenced`](crate::fenced#read-holds-do-not-write)).
+///
+/// ```no_run
+/// # async fn demo(locks: lock_runtime::LockService) -> Result<(), lock_runtime::LockError> {
+/// let token = locks
+///     .lock("job:nightly")
+///     .run(|held| async move {
+///         println!("running under {} with token {}", held.key(), held.fence());
+///         Ok::<_, lock_runtime::LockError>(held.fence())
+///     })
+///     .await?;
+/// # let _ = token;
+/// # Ok(()) }
+/// ```
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Held {
     key: String,

@@ -59,6 +59,21 @@ pub const CAPACITY: usize = 1024;
 /// the fencing token of the hold, `owner` its owner, `label` its metric label (the
 /// attribute's key template such as `goods:<id>`, the request's
 /// [`metric_label`](crate::LockRequest::metric_label), or `other`).
+///
+/// ```no_run
+/// # async fn demo(locks: lock_runtime::LockService) -> Result<(), lock_runtime::LockError> {
+/// use lock_runtime::LockEvent;
+///
+/// let mut events = locks.events();
+/// tokio::spawn(async move {
+///     while let Ok(event) = events.recv().await {
+///         if matches!(event, LockEvent::Lost { .. }) {
+///             eprintln!("{} lost by {:?}", event.key(), event.owner());
+///         }
+///     }
+/// });
+/// # Ok(()) }
+/// ```
 #[derive(Debug, Clone, PartialEq, Eq)]
 #[non_exhaustive]
 pub enum LockEvent {

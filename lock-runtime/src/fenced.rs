@@ -145,6 +145,19 @@ static SET: LazyLock<Script> = LazyLock::new(|| Script::new(include_str!("fenced
 /// [`current_fence`](crate::current_fence) or read back from a request). Not for
 /// [`ReadGuard`](crate::ReadGuard): a read share does not write (see the
 /// [module docs](self#read-holds-do-not-write)).
+///
+/// ```no_run
+/// # async fn demo(stock: lock_runtime::fenced::RedisValue<redis::aio::MultiplexedConnection>) -> Result<(), lock_runtime::LockError> {
+/// use lock_runtime::{LockError, current_fence, distributed_lock};
+///
+/// #[distributed_lock(key = "goods:<id>")]
+/// async fn restock(stock: &lock_runtime::fenced::RedisValue<redis::aio::MultiplexedConnection>, id: u64) -> Result<(), LockError> {
+///     let token: u64 = current_fence().expect("inside a locked body"); // a u64 is Fenced too
+///     stock.set(&token, 100).await
+/// }
+/// restock(&stock, 7).await?;
+/// # Ok(()) }
+/// ```
 pub trait Fenced {
     /// The fencing token writes carry: larger tokens belong to newer holders of the lock.
     fn fencing_token(&self) -> u64;
@@ -193,6 +206,19 @@ impl<T: Fenced + ?Sized> Fenced for &T {
 /// accepted write); see the [module docs](self). Cloning is cheap when the connection's clone
 /// is (as for [`MultiplexedConnection`](redis::aio::MultiplexedConnection),
 /// [`ConnectionManager`](redis::aio::ConnectionManager) and the cluster connection).
+///
+/// ```no_run
+/// # async fn demo(locks: lock_runtime::LockService) -> Result<(), lock_runtime::LockError> {
+/// # let redis: redis::aio::MultiplexedConnection = todo!();
+/// use lock_runtime::fenced::RedisValue;
+///
+/// let stock = RedisValue::new(&redis, "stock:7");
+/// let guard = locks.lock("goods:7").await?;
+/// stock.set(&guard, 41).await?; // Err(kind Stale) for a holder whose lock passed on
+/// assert_eq!(stock.get::<u32>().await?, Some(41));
+/// guard.release().await?;
+/// # Ok(()) }
+/// ```
 #[derive(Clone)]
 pub struct RedisValue<C> {
     conn: C,
@@ -287,6 +313,20 @@ impl<C> fmt::Debug for RedisValue<C> {
 /// The hash `<key>` holds your fields and `fence`, the token of the last accepted write; one
 /// token check covers all the fields of a write, which is one script call (all fields or none).
 /// See the [module docs](self).
+///
+/// ```no_run
+/// # async fn demo(locks: lock_runtime::LockService) -> Result<(), lock_runtime::LockError> {
+/// # let redis: redis::aio::MultiplexedConnection = todo!();
+/// use lock_runtime::fenced::RedisHash;
+///
+/// let order = RedisHash::new(&redis, "order:9");
+/// let guard = locks.lock("order:9").await?;
+/// order.set_fields(&guard, &[("state", "paid"), ("amount", "42")]).await?; // all or none
+/// let state: Option<String> = order.get_field("state").await?;
+/// # let _ = state;
+/// guard.release().await?;
+/// # Ok(()) }
+/// ```
 #[derive(Clone)]
 pub struct RedisHash<C> {
     conn: C,

@@ -35,6 +35,15 @@ pub use crate::vocab::{HoldMode, LockKind};
 /// The state of one lock on Redis, from [`LockService::inspect`](crate::LockService::inspect),
 /// [`inspect_kind`](crate::LockService::inspect_kind), [`list`](crate::LockService::list) or
 /// [`force_unlock_kind`](crate::LockService::force_unlock_kind).
+///
+/// ```no_run
+/// # async fn demo(locks: lock_runtime::LockService) -> Result<(), lock_runtime::LockError> {
+/// let info = locks.inspect("goods:42").await?;
+/// for holder in &info.holders {
+///     println!("{} holds {} ({} times)", holder.owner, info.key, holder.hold_count);
+/// }
+/// # Ok(()) }
+/// ```
 #[derive(Debug, Clone, PartialEq, Eq)]
 #[non_exhaustive]
 pub struct LockInfo {
@@ -98,6 +107,14 @@ impl LockInfo {
 }
 
 /// One holder of a lock, as [`LockInfo::holders`] lists them.
+///
+/// ```no_run
+/// # async fn demo(locks: lock_runtime::LockService) -> Result<(), lock_runtime::LockError> {
+/// let info = locks.inspect_kind(lock_runtime::LockKind::ReadWrite, "catalog:7").await?;
+/// let readers = info.holders.iter().filter(|h| h.mode == lock_runtime::HoldMode::Read).count();
+/// # let _ = readers;
+/// # Ok(()) }
+/// ```
 #[derive(Debug, Clone, PartialEq, Eq)]
 #[non_exhaustive]
 pub struct Holder {

@@ -95,6 +95,19 @@ tokio::task_local! {
 /// On Redis an owner is stored as `<process instance id>:<owner id>`, so equal owner ids in
 /// different processes are different owners, except for ids made with
 /// [`OwnerId::across_processes`].
+///
+/// ```no_run
+/// # async fn demo(locks: lock_runtime::LockService) -> Result<(), lock_runtime::LockError> {
+/// use lock_runtime::{OwnerId, owner};
+///
+/// // one owner for two calls: the second re-enters the first's hold
+/// let job = OwnerId::new();
+/// let first = owner::scope(job.clone(), async { locks.lock("job:7").await }).await?;
+/// let again = owner::scope(job, async { locks.lock("job:7").await }).await?;
+/// again.release().await?;
+/// first.release().await?;
+/// # Ok(()) }
+/// ```
 #[derive(Clone, PartialEq, Eq, Hash, PartialOrd, Ord)]
 pub struct OwnerId {
     id: Arc<str>,
@@ -181,6 +194,19 @@ impl fmt::Debug for OwnerId {
 ///
 /// Scopes nest: the innermost one wins. The returned future is tokio's named
 /// [`TaskLocalFuture`], so middleware can store it without boxing.
+///
+/// ```no_run
+/// # async fn demo(locks: lock_runtime::LockService) -> Result<(), lock_runtime::LockError> {
+/// use lock_runtime::{OwnerId, owner};
+///
+/// let request = OwnerId::from("import-2024-11");
+/// owner::scope(request, async {
+///     let guard = locks.lock("catalog:7").await?; // held by "import-2024-11"
+///     guard.release().await
+/// })
+/// .await?;
+/// # Ok(()) }
+/// ```
 pub fn scope<F: Future>(owner: OwnerId, future: F) -> TaskLocalFuture<OwnerId, F> {
     OWNER.scope(owner, future)
 }
@@ -203,6 +229,10 @@ pub fn current() -> OwnerId {
 /// The current owner: the explicit one of [`scope`] (or of the web middleware when it trusts
 /// request ids as owners), else the owner of the innermost locked body this call runs inside,
 /// or `None`.
+///
+/// ```
+/// assert!(lock_runtime::owner::try_current().is_none()); // outside any scope or locked body
+/// ```
 pub fn try_current() -> Option<OwnerId> {
     OWNER.try_with(OwnerId::clone).ok().or_else(|| {
         CHAIN

@@ -38,6 +38,14 @@ pub const DEFAULT_CONFIG_FILE: &str = "lock.toml";
 /// # Errors
 /// [`ErrorKind::Config`] when a service with a different configuration is already set up (it
 /// is never replaced silently), or the errors of [`LockService::connect`].
+///
+/// ```no_run
+/// # async fn start() -> Result<(), lock_runtime::LockError> {
+/// use lock_runtime::LockConfig;
+///
+/// lock_runtime::init(LockConfig::single("redis://127.0.0.1:6379")).await?; // once, at start-up
+/// # Ok(()) }
+/// ```
 pub async fn init(config: LockConfig) -> Result<&'static LockService, LockError> {
     let mut ours = false;
     let service = GLOBAL
@@ -60,6 +68,12 @@ pub async fn init(config: LockConfig) -> Result<&'static LockService, LockError>
 ///
 /// # Errors
 /// As [`LockConfig::from_file`] and [`init`].
+///
+/// ```no_run
+/// # async fn start() -> Result<(), lock_runtime::LockError> {
+/// lock_runtime::init_from_file("config/lock.toml").await?;
+/// # Ok(()) }
+/// ```
 pub async fn init_from_file(path: impl AsRef<Path>) -> Result<&'static LockService, LockError> {
     init(LockConfig::from_file(path)?).await
 }
@@ -72,6 +86,14 @@ pub async fn init_from_file(path: impl AsRef<Path>) -> Result<&'static LockServi
 /// [`ErrorKind::NotInitialized`] when neither `init` was called nor a config file exists; the
 /// errors of [`LockConfig::from_file`] and [`LockService::connect`] otherwise. A failed first
 /// use does not stick: the next call tries again.
+///
+/// ```no_run
+/// # async fn demo() -> Result<(), lock_runtime::LockError> {
+/// let locks = lock_runtime::global().await?; // the service annotated fns use
+/// let guard = locks.lock("goods:7").await?;
+/// guard.release().await?;
+/// # Ok(()) }
+/// ```
 pub async fn global() -> Result<&'static LockService, LockError> {
     if let Some(service) = GLOBAL.get() {
         return Ok(service);
@@ -131,6 +153,12 @@ pub async fn shutdown() -> Result<(), LockError> {
 }
 
 /// The process-wide lock service if it is set up, without loading anything.
+///
+/// ```
+/// if let Some(locks) = lock_runtime::try_global() {
+///     println!("locks under prefix {}", locks.config().prefix());
+/// }
+/// ```
 pub fn try_global() -> Option<&'static LockService> {
     GLOBAL.get()
 }

@@ -53,6 +53,15 @@ impl LockService {
     /// # Errors
     /// [`ErrorKind::Config`](crate::ErrorKind::Config) for an invalid configuration; [`ErrorKind::Backend`](crate::ErrorKind::Backend) when Redis
     /// cannot be reached within `connect_timeout`.
+    ///
+    /// ```no_run
+    /// # async fn demo() -> Result<(), lock_runtime::LockError> {
+    /// use lock_runtime::{LockConfig, LockService};
+    ///
+    /// let locks = LockService::connect(LockConfig::from_file("lock.toml")?).await?;
+    /// # let _ = locks;
+    /// # Ok(()) }
+    /// ```
     pub async fn connect(config: LockConfig) -> Result<LockService, LockError> {
         config.validate()?;
         let (push_tx, push_rx) = tokio::sync::mpsc::unbounded_channel();

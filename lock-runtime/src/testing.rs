@@ -41,6 +41,18 @@ const READY_WITHIN: Duration = Duration::from_secs(10);
 
 /// A `redis-server` on a free loopback port, without persistence, for tests; stopped when
 /// dropped, and when the process that started it ends (even by `SIGKILL`).
+///
+/// ```no_run
+/// # async fn demo() -> Result<(), Box<dyn std::error::Error>> {
+/// use lock_runtime::LockService;
+/// use lock_runtime::testing::RedisServer;
+///
+/// let server = RedisServer::start().await?; // stopped when dropped
+/// let locks = LockService::connect(server.config()).await?;
+/// let guard = locks.lock("k").await?;
+/// guard.release().await?;
+/// # Ok(()) }
+/// ```
 #[derive(Debug)]
 pub struct RedisServer {
     port: u16,

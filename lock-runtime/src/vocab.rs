@@ -16,6 +16,13 @@ pub(crate) const MAX_LEASE_MS: u64 = 3650 * 24 * 3600 * 1000;
 /// The kinds of lock, each in a namespace of its own on Redis: the mutex `key` is
 /// `<prefix>{key}`, the read-write lock `key` is `<prefix>rw:{key}`, the semaphore `name` is
 /// `<prefix>sem:{name}`. The same key names three different locks.
+///
+/// ```
+/// use lock_runtime::LockKind;
+///
+/// assert_eq!(LockKind::ReadWrite.as_str(), "rw");
+/// assert_eq!("semaphore".parse::<LockKind>().unwrap(), LockKind::Semaphore);
+/// ```
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]
 #[non_exhaustive]
 pub enum LockKind {
@@ -91,6 +98,13 @@ impl FromStr for LockKind {
 }
 
 /// What a hold holds: of which [`LockKind`], and how.
+///
+/// ```
+/// use lock_runtime::{HoldMode, LockKind};
+///
+/// assert!(HoldMode::Write.is_exclusive() && !HoldMode::Read.is_exclusive());
+/// assert_eq!(HoldMode::Read.kind(), LockKind::ReadWrite);
+/// ```
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
 #[non_exhaustive]
 pub enum HoldMode {
@@ -172,6 +186,19 @@ impl fmt::Display for HoldMode {
 }
 
 /// Why a hold was lost.
+///
+/// ```no_run
+/// # async fn demo(locks: lock_runtime::LockService) {
+/// use lock_runtime::{LockEvent, LossReason};
+///
+/// let mut events = locks.events();
+/// while let Ok(event) = events.recv().await {
+///     if let LockEvent::Lost { reason: LossReason::LeaseRanOut, key, .. } = &event {
+///         eprintln!("{key}: the lease ran out before the work finished");
+///     }
+/// }
+/// # }
+/// ```
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
 #[non_exhaustive]
 pub enum LossReason {

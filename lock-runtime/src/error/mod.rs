@@ -11,6 +11,19 @@ use std::sync::Arc;
 /// What went wrong, coarsely: match on it to decide what to do.
 ///
 /// The enum is `#[non_exhaustive]`: new kinds may appear in minor releases, so keep a `_` arm.
+///
+/// ```no_run
+/// # async fn demo(locks: lock_runtime::LockService) -> Result<(), lock_runtime::LockError> {
+/// use lock_runtime::ErrorKind;
+///
+/// match locks.lock("goods:42").try_once().await {
+///     Ok(guard) => guard.release().await?,
+///     Err(e) if e.kind() == ErrorKind::Timeout => println!("busy: try later"),
+///     Err(e) if e.is_retryable() => println!("Redis trouble: {e}"),
+///     Err(e) => return Err(e),
+/// }
+/// # Ok(()) }
+/// ```
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
 #[non_exhaustive]
 pub enum ErrorKind {

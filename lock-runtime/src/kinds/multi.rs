@@ -42,6 +42,19 @@ use crate::owner::{self, OwnerId};
 ///
 /// # Cancel safety
 /// Dropping the future releases what it took (in the background).
+///
+/// ```no_run
+/// # async fn demo(locks: lock_runtime::LockService) -> Result<(), lock_runtime::LockError> {
+/// use std::time::Duration;
+///
+/// let both = locks
+///     .lock_all(["account:1", "account:2"])
+///     .lease(Duration::from_secs(10))
+///     .wait(Duration::from_secs(2))
+///     .await?;
+/// both.release().await?;
+/// # Ok(()) }
+/// ```
 #[must_use = "a lock request does nothing until it is awaited"]
 pub struct MultiRequest<'a> {
     engine: &'a Arc<Engine>,
@@ -262,6 +275,18 @@ impl fmt::Debug for MultiRequest<'_> {
 
 /// Several locks held together, from [`LockService::lock_all`](crate::LockService::lock_all). Releasing (or dropping) it
 /// releases all of them.
+///
+/// ```no_run
+/// # async fn demo(locks: lock_runtime::LockService) -> Result<(), lock_runtime::LockError> {
+/// let both = locks.lock_all(["account:1", "account:2"]).await?;
+/// let token = both.fence("account:1"); // Some(token) of that key's hold
+/// for key in both.keys() {
+///     println!("holding {key}");
+/// }
+/// # let _ = token;
+/// both.release().await?;
+/// # Ok(()) }
+/// ```
 #[must_use = "dropping the guard releases the locks at once"]
 pub struct MultiGuard {
     guards: Vec<LockGuard>,

@@ -94,6 +94,19 @@ fn decode(info: &mut LockInfo, state: &RawState, local: LocalGuards<'_>) {
 /// # Cancel safety
 /// Dropping the future at any point never leaves the lock held past its lease: a grant that
 /// arrives after the future was dropped is released at once.
+///
+/// ```no_run
+/// # async fn demo(locks: lock_runtime::LockService) -> Result<(), lock_runtime::LockError> {
+/// use std::time::Duration;
+///
+/// let guard = locks
+///     .lock("goods:42")
+///     .lease(Duration::from_secs(5)) // else the watchdog renews it
+///     .wait(Duration::from_secs(2)) // else it waits until acquired
+///     .await?;
+/// guard.release().await?;
+/// # Ok(()) }
+/// ```
 #[must_use = "a lock request does nothing until it is awaited"]
 pub struct LockRequest<'a> {
     engine: &'a Arc<Engine>,

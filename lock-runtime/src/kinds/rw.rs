@@ -129,6 +129,17 @@ fn names(engine: &Engine, key: &str) -> Result<KeyNames, LockError> {
 /// # Cancel safety
 /// Dropping the future at any point never leaves the hold past its lease: a grant that arrives
 /// after the future was dropped is released at once.
+///
+/// ```no_run
+/// # async fn demo(locks: lock_runtime::LockService) -> Result<(), lock_runtime::LockError> {
+/// use std::time::Duration;
+///
+/// let read = locks.read("catalog:7").wait(Duration::from_secs(1)).await?;
+/// read.release().await?;
+/// let write = locks.write("catalog:7").lease(Duration::from_secs(30)).await?;
+/// write.release().await?;
+/// # Ok(()) }
+/// ```
 #[must_use = "a lock request does nothing until it is awaited"]
 pub struct RwRequest<'a, G> {
     engine: &'a Arc<Engine>,
@@ -293,6 +304,14 @@ impl<G> fmt::Debug for RwRequest<'_, G> {
 /// before it, never a write grant's (a read inside a write of the same owner shares the
 /// write's). A read share does not make fenced writes: it is not
 /// [`Fenced`](crate::fenced::Fenced) (see [`fenced`](crate::fenced#read-holds-do-not-write)).
+///
+/// ```no_run
+/// # async fn demo(locks: lock_runtime::LockService) -> Result<(), lock_runtime::LockError> {
+/// let read = locks.read("catalog:7").await?; // other readers may hold it too
+/// // ... read the catalog ...
+/// read.release().await?;
+/// # Ok(()) }
+/// ```
 #[must_use = "dropping the guard releases the read lock at once"]
 pub struct ReadGuard {
     core: Guard,
@@ -306,6 +325,15 @@ impl ReadGuard {
 ///
 /// Its fencing token strictly increases with every write grant of the key. Dropping the guard
 /// releases it in the background.
+///
+/// ```no_run
+/// # async fn demo(locks: lock_runtime::LockService) -> Result<(), lock_runtime::LockError> {
+/// let write = locks.write("catalog:7").await?; // alone: no reader, no other writer
+/// let token = write.fence(); // for fenced writes
+/// # let _ = token;
+/// write.release().await?;
+/// # Ok(()) }
+/// ```
 #[must_use = "dropping the guard releases the write lock at once"]
 pub struct WriteGuard {
     core: Guard,

@@ -198,6 +198,16 @@ impl fmt::Debug for Semaphore {
 /// # Cancel safety
 /// Dropping the future at any point never leaves permits held past their lease: a grant that
 /// arrives after the future was dropped is released at once.
+///
+/// ```no_run
+/// # async fn demo(locks: lock_runtime::LockService) -> Result<(), lock_runtime::LockError> {
+/// use std::time::Duration;
+///
+/// let renders = locks.semaphore("pdf-render", 4);
+/// let two = renders.acquire_many(2).lease(Duration::from_secs(60)).wait(Duration::from_secs(5)).await?;
+/// two.release().await?;
+/// # Ok(()) }
+/// ```
 #[must_use = "a permit request does nothing until it is awaited"]
 pub struct PermitRequest<'a> {
     semaphore: &'a Semaphore,
@@ -242,6 +252,15 @@ impl fmt::Debug for PermitRequest<'_> {
 }
 
 /// Permits held, from a [`Semaphore`]. Dropping it releases them in the background.
+///
+/// ```no_run
+/// # async fn demo(locks: lock_runtime::LockService) -> Result<(), lock_runtime::LockError> {
+/// let permit = locks.semaphore("pdf-render", 4).acquire().await?;
+/// assert_eq!(permit.count(), 1);
+/// // ... render ...
+/// permit.release().await?;
+/// # Ok(()) }
+/// ```
 #[must_use = "dropping the permit releases it at once"]
 pub struct Permit {
     core: Guard,

@@ -208,6 +208,15 @@ impl MakeRequestId for UuidRequestId {
 /// assert_eq!(config.headers(), ["x-correlation-id", "x-request-id"]);
 /// assert!(!config.trusts_request_id());
 /// ```
+///
+/// ```
+/// use lock_runtime::middleware::OwnerScopeConfig;
+///
+/// let config = OwnerScopeConfig::new()
+///     .with_header("x-correlation-id") // instead of x-request-id
+///     .also_accept_header("traceparent");
+/// # let _ = config;
+/// ```
 #[derive(Clone)]
 pub struct OwnerScopeConfig {
     headers: Vec<Arc<str>>,

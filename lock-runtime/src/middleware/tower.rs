@@ -81,6 +81,15 @@ impl<B> ScopedResponse for http::Response<B> {
 /// let custom = OwnerScopeLayer::with_config(OwnerScopeConfig::new().with_header("x-trace-id"));
 /// # let _ = (default, custom);
 /// ```
+///
+/// ```
+/// use lock_runtime::middleware::OwnerScopeConfig;
+/// use lock_runtime::middleware::tower::OwnerScopeLayer;
+///
+/// let app: axum::Router = axum::Router::new()
+///     .layer(OwnerScopeLayer::with_config(OwnerScopeConfig::new().with_header("x-correlation-id")));
+/// # let _ = app;
+/// ```
 #[derive(Debug, Clone)]
 pub struct OwnerScopeLayer {
     shared: Arc<Shared<HeaderName>>,
