@@ -153,8 +153,24 @@ pub struct RwRequest<'a, G> {
 }
 
 /// A request for a read hold: [`LockService::read`](crate::LockService::read).
+///
+/// ```no_run
+/// # async fn demo(locks: lock_runtime::LockService) -> Result<(), lock_runtime::LockError> {
+/// let request: lock_runtime::ReadRequest<'_> = locks.read("catalog:7");
+/// let read = request.await?;
+/// read.release().await?;
+/// # Ok(()) }
+/// ```
 pub type ReadRequest<'a> = RwRequest<'a, ReadGuard>;
 /// A request for a write hold: [`LockService::write`](crate::LockService::write).
+///
+/// ```no_run
+/// # async fn demo(locks: lock_runtime::LockService) -> Result<(), lock_runtime::LockError> {
+/// let request: lock_runtime::WriteRequest<'_> = locks.write("catalog:7");
+/// let write = request.await?;
+/// write.release().await?;
+/// # Ok(()) }
+/// ```
 pub type WriteRequest<'a> = RwRequest<'a, WriteGuard>;
 
 impl<'a> ReadRequest<'a> {

@@ -186,6 +186,14 @@ pub trait MakeRequestId: Send + Sync + fmt::Debug + 'static {
 }
 
 /// The default [`MakeRequestId`]: [`RequestId::generate`], a random UUID.
+///
+/// ```
+/// use lock_runtime::middleware::{MakeRequestId, UuidRequestId};
+///
+/// let id = UuidRequestId.make_request_id(); // a hyphenated UUID v4, fresh each time
+/// assert_eq!(id.as_str().len(), 36);
+/// assert_ne!(id, UuidRequestId.make_request_id());
+/// ```
 #[derive(Debug, Clone, Copy, Default)]
 pub struct UuidRequestId;
 
