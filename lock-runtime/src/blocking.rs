@@ -192,6 +192,15 @@ macro_rules! blocking_request {
 
             /// Acquires, blocking until it is granted or the wait ran out.
             ///
+            /// ```no_run
+            /// # fn demo(locks: lock_runtime::blocking::LockService) -> Result<(), lock_runtime::LockError> {
+            /// use std::time::Duration;
+            ///
+            /// let guard = locks.lock("report").wait(Duration::from_secs(2)).acquire()?;
+            /// guard.release()?;
+            /// # Ok(()) }
+            /// ```
+            ///
             /// # Errors
             /// As awaiting the async request; [`ErrorKind::InvalidArgument`] from async code.
             pub fn acquire(self) -> Result<$guard, LockError> {
@@ -266,6 +275,14 @@ macro_rules! blocking_guard {
             }
 
             /// Releases and blocks until Redis confirmed.
+            ///
+            /// ```no_run
+            /// # fn demo(locks: lock_runtime::blocking::LockService) -> Result<(), lock_runtime::LockError> {
+            /// let guard = locks.lock("report").acquire()?;
+            /// // ... the critical section; guard.fence() for the writes ...
+            /// guard.release()?; // Err(kind NotHeld) when the lease ran out meanwhile
+            /// # Ok(()) }
+            /// ```
             ///
             /// # Errors
             /// As the async guard's `release`; [`ErrorKind::InvalidArgument`] from async code

@@ -80,6 +80,14 @@ impl<'a> MultiRequest<'a> {
     super::request_methods!("locks", "locks.lock_all([\"account:1\", \"account:2\"])");
 
     /// Acquire every key as `owner` (see [`owner`](crate::owner#explicit-owners)).
+    ///
+    /// ```no_run
+    /// # async fn demo(locks: lock_runtime::LockService) -> Result<(), lock_runtime::LockError> {
+    /// let transfer = lock_runtime::OwnerId::from("transfer-981");
+    /// let both = locks.lock_all(["account:1", "account:2"]).owner(transfer).await?;
+    /// both.release().await?;
+    /// # Ok(()) }
+    /// ```
     pub fn owner(mut self, owner: OwnerId) -> Self {
         self.owner = Some(owner);
         self

@@ -205,6 +205,19 @@ impl<'a> LockRequest<'a> {
 
     /// Acquire as `owner`: the lock re-enters that owner's holds, wherever they are (see
     /// [`owner`](crate::owner#explicit-owners)), instead of following the call chain.
+    ///
+    /// ```no_run
+    /// # async fn demo(locks: lock_runtime::LockService) -> Result<(), lock_runtime::LockError> {
+    /// use lock_runtime::OwnerId;
+    ///
+    /// // one import job, run by several tasks, re-enters its own lock
+    /// let job = OwnerId::from("import-2024-11");
+    /// let guard = locks.lock("catalog:7").owner(job.clone()).await?;
+    /// let again = locks.lock("catalog:7").owner(job).await?; // at once: the same owner
+    /// again.release().await?;
+    /// guard.release().await?;
+    /// # Ok(()) }
+    /// ```
     pub fn owner(mut self, owner: OwnerId) -> Self {
         self.owner = Some(owner);
         self

@@ -208,6 +208,16 @@ impl<G: Send + 'static> RwRequest<'_, G> {
 
     /// Acquire as `owner` (see [`owner`](crate::owner#explicit-owners)) instead of following
     /// the call chain.
+    ///
+    /// ```no_run
+    /// # async fn demo(locks: lock_runtime::LockService) -> Result<(), lock_runtime::LockError> {
+    /// let job = lock_runtime::OwnerId::from("reindex-7");
+    /// let write = locks.write("catalog:7").owner(job.clone()).await?;
+    /// let read = locks.read("catalog:7").owner(job).await?; // a downgrade inside the write: at once
+    /// read.release().await?;
+    /// write.release().await?;
+    /// # Ok(()) }
+    /// ```
     pub fn owner(mut self, owner: OwnerId) -> Self {
         self.owner = Some(owner);
         self

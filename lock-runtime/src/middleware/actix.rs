@@ -90,11 +90,27 @@ pub struct OwnerScope {
 
 impl OwnerScope {
     /// The middleware with [`OwnerScopeConfig::new`].
+    ///
+    /// ```
+    /// use lock_runtime::middleware::actix::OwnerScope;
+    ///
+    /// let app = actix_web::App::new().wrap(OwnerScope::new());
+    /// # let _ = app;
+    /// ```
     pub fn new() -> Self {
         Self::with_config(OwnerScopeConfig::new())
     }
 
     /// The middleware with `config`.
+    ///
+    /// ```
+    /// use lock_runtime::middleware::OwnerScopeConfig;
+    /// use lock_runtime::middleware::actix::OwnerScope;
+    ///
+    /// let scope = OwnerScope::with_config(OwnerScopeConfig::new().with_header("x-correlation-id"));
+    /// let app = actix_web::App::new().wrap(scope);
+    /// # let _ = app;
+    /// ```
     pub fn with_config(config: OwnerScopeConfig) -> Self {
         OwnerScope {
             shared: Shared::new(config),

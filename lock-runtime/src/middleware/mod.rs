@@ -248,6 +248,11 @@ impl OwnerScopeConfig {
     ///
     /// # Panics
     /// When `name` is not a valid header name.
+    ///
+    /// ```
+    /// let config = lock_runtime::middleware::OwnerScopeConfig::new().with_header("x-correlation-id");
+    /// # let _ = config;
+    /// ```
     #[track_caller]
     pub fn with_header(mut self, name: &str) -> Self {
         self.headers = vec![header_name(name)];
@@ -258,6 +263,11 @@ impl OwnerScopeConfig {
     ///
     /// # Panics
     /// When `name` is not a valid header name.
+    ///
+    /// ```
+    /// let config = lock_runtime::middleware::OwnerScopeConfig::new().also_accept_header("x-amzn-trace-id");
+    /// # let _ = config;
+    /// ```
     #[track_caller]
     pub fn also_accept_header(mut self, name: &str) -> Self {
         let name = header_name(name);
@@ -273,6 +283,14 @@ impl OwnerScopeConfig {
     ///
     /// Only for services whose every caller is trusted: a client that copies another request's
     /// id gets into that request's critical sections. See the [module docs](self).
+    ///
+    /// ```
+    /// use lock_runtime::middleware::OwnerScopeConfig;
+    ///
+    /// // behind a gateway that assigns x-request-id: retries of one request re-enter its locks
+    /// let config = OwnerScopeConfig::new().trust_request_id_as_owner();
+    /// # let _ = config;
+    /// ```
     pub fn trust_request_id_as_owner(mut self) -> Self {
         self.trust_request_id = true;
         self

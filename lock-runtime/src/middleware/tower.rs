@@ -97,6 +97,13 @@ pub struct OwnerScopeLayer {
 
 impl OwnerScopeLayer {
     /// The layer with [`OwnerScopeConfig::new`].
+    ///
+    /// ```
+    /// use lock_runtime::middleware::tower::OwnerScopeLayer;
+    ///
+    /// let app: axum::Router = axum::Router::new().layer(OwnerScopeLayer::new());
+    /// # let _ = app;
+    /// ```
     pub fn new() -> Self {
         Self::with_config(OwnerScopeConfig::new())
     }
