@@ -169,23 +169,62 @@ macro_rules! blocking_request {
 
         impl $name<'_> {
             /// Hold it for at most `lease` (without: the watchdog renews it until released).
+            ///
+            /// ```no_run
+            /// # fn demo(locks: lock_runtime::blocking::LockService) -> Result<(), lock_runtime::LockError> {
+            /// use std::time::Duration;
+            ///
+            /// let guard = locks.lock("report").lease(Duration::from_secs(60)).acquire()?;
+            /// guard.release()?;
+            /// # Ok(()) }
+            /// ```
             pub fn lease(self, lease: Duration) -> Self {
                 Self(self.0.lease(lease))
             }
 
             /// Give up with [`ErrorKind::Timeout`] when it could not be acquired within `wait`
             /// (without: wait until acquired; `Duration::ZERO` tries once).
+            ///
+            /// ```no_run
+            /// # fn demo(locks: lock_runtime::blocking::LockService) -> Result<(), lock_runtime::LockError> {
+            /// use std::time::Duration;
+            ///
+            /// let guard = locks.lock("report").wait(Duration::from_secs(2)).acquire()?; // Err(kind Timeout) after 2 s
+            /// guard.release()?;
+            /// # Ok(()) }
+            /// ```
             pub fn wait(self, wait: Duration) -> Self {
                 Self(self.0.wait(wait))
             }
 
             /// Try once, without waiting.
+            ///
+            /// ```no_run
+            /// # fn demo(locks: lock_runtime::blocking::LockService) -> Result<(), lock_runtime::LockError> {
+            /// use std::time::Duration;
+            ///
+            /// match locks.lock("report").try_once().acquire() {
+            ///     Ok(guard) => guard.release()?,
+            ///     Err(e) if e.is_timeout() => {} // another owner has it: skip
+            ///     Err(e) => return Err(e),
+            /// }
+            /// # Ok(()) }
+            /// ```
             pub fn try_once(self) -> Self {
                 Self(self.0.try_once())
             }
 
             /// The fixed name of the lock in metrics and events (see
             /// [`crate::LockRequest::metric_label`]).
+            ///
+            /// ```no_run
+            /// # fn demo(locks: lock_runtime::blocking::LockService) -> Result<(), lock_runtime::LockError> {
+            /// use std::time::Duration;
+            ///
+            /// let guard = locks.lock("report:2024-11").metric_label("report").acquire()?;
+            /// guard.release()?;
+            /// # Ok(()) }
+            /// ```
             pub fn metric_label(self, label: &'static str) -> Self {
                 Self(self.0.metric_label(label))
             }

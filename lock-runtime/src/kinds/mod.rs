@@ -302,6 +302,8 @@ macro_rules! request_methods {
         }
 
         /// Wait at most `wait` when it is `Some`, until acquired when it is `None`.
+        ///
+        #[doc = concat!("```no_run\n# use std::time::Duration;\n# async fn demo(locks: lock_runtime::LockService) -> Result<(), lock_runtime::LockError> {\nlet configured: Option<Duration> = None; // e.g. from the settings: `None` waits until acquired\nlet guard = ", $request, "\n    .wait_at_most(configured)\n    .await?;\n# let _ = guard;\n# Ok(()) }\n```")]
         pub fn wait_at_most(mut self, wait: Option<std::time::Duration>) -> Self {
             self.wait = wait;
             self
