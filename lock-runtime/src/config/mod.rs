@@ -213,6 +213,11 @@ impl TlsConfig {
     }
 
     /// Trusts the CA certificates (PEM) in `path` instead of the system's roots.
+    ///
+    /// ```
+    /// let tls = lock_runtime::TlsConfig::new().with_ca_file("/etc/lock/ca.pem");
+    /// assert!(tls.ca_file().is_some());
+    /// ```
     pub fn with_ca_file(mut self, path: impl Into<PathBuf>) -> Self {
         self.ca_file = Some(path.into());
         self
@@ -220,6 +225,13 @@ impl TlsConfig {
 
     /// Presents the certificate chain in `cert_file` (PEM) with the private key in `key_file`
     /// (PEM: PKCS#8, PKCS#1 or SEC1) to servers that check clients (`tls-auth-clients`).
+    ///
+    /// ```
+    /// let tls = lock_runtime::TlsConfig::new()
+    ///     .with_ca_file("/etc/lock/ca.pem")
+    ///     .with_client_cert("/etc/lock/client.pem", "/etc/lock/client.key"); // mutual TLS
+    /// assert!(tls.key_file().is_some());
+    /// ```
     pub fn with_client_cert(
         mut self,
         cert_file: impl Into<PathBuf>,
@@ -390,6 +402,15 @@ const DEFAULT_FENCE_IDLE_TTL: Duration = Duration::from_secs(5 * 60);
 
 impl LockConfig {
     /// A configuration for the given topology with every other setting at its default.
+    ///
+    /// ```
+    /// use lock_runtime::{LockConfig, Topology};
+    ///
+    /// let config = LockConfig::new(Topology::Cluster {
+    ///     nodes: vec!["redis://10.0.0.1:7000".into(), "redis://10.0.0.2:7000".into()],
+    /// });
+    /// assert_eq!(config.prefix(), "lock:");
+    /// ```
     pub fn new(topology: Topology) -> Self {
         LockConfig {
             topology,
@@ -409,6 +430,11 @@ impl LockConfig {
     }
 
     /// A single-node configuration with defaults.
+    ///
+    /// ```
+    /// let config = lock_runtime::LockConfig::single("redis://127.0.0.1:6379");
+    /// assert_eq!(config.prefix(), "lock:");
+    /// ```
     pub fn single(url: impl Into<String>) -> Self {
         Self::new(Topology::Single { url: url.into() })
     }
@@ -417,6 +443,14 @@ impl LockConfig {
     ///
     /// # Errors
     /// [`ErrorKind::Config`] naming the field and what was expected.
+    ///
+    /// ```
+    /// let config = lock_runtime::LockConfig::from_toml_str(
+    ///     "[redis]\nmode = \"single\"\nurl = \"redis://127.0.0.1:6379\"\n",
+    /// )?;
+    /// # let _ = config;
+    /// # Ok::<(), lock_runtime::LockError>(())
+    /// ```
     pub fn from_toml_str(text: &str) -> Result<Self, LockError> {
         parse(text, "<config string>", None)
     }
@@ -442,6 +476,12 @@ impl LockConfig {
     /// # Errors
     /// [`ErrorKind::Config`] naming the file, the field and what was expected, also when the file
     /// cannot be read.
+    ///
+    /// ```no_run
+    /// let config = lock_runtime::LockConfig::from_file("/etc/shop/lock.toml")?;
+    /// # let _ = config;
+    /// # Ok::<(), lock_runtime::LockError>(())
+    /// ```
     pub fn from_file(path: impl AsRef<Path>) -> Result<Self, LockError> {
         let path = path.as_ref();
         let text = std::fs::read_to_string(path).map_err(|e| {
@@ -452,6 +492,14 @@ impl LockConfig {
     }
 
     /// Sets the key prefix (default `"lock:"`). It must not contain `{` or `}`.
+    ///
+    /// ```
+    /// use lock_runtime::LockConfig;
+    /// use std::time::Duration;
+    ///
+    /// let config = LockConfig::single("redis://127.0.0.1:6379").with_prefix("shop:");
+    /// assert_eq!(config.prefix(), "shop:");
+    /// ```
     pub fn with_prefix(mut self, prefix: impl Into<String>) -> Self {
         self.prefix = prefix.into();
         self
@@ -459,6 +507,14 @@ impl LockConfig {
 
     /// Sets the lease of locks taken without one (default 30 s, from 30 ms to 3650 days); they
     /// are renewed every third.
+    ///
+    /// ```
+    /// use lock_runtime::LockConfig;
+    /// use std::time::Duration;
+    ///
+    /// let config = LockConfig::single("redis://127.0.0.1:6379").with_watchdog_timeout(Duration::from_secs(10));
+    /// assert_eq!(config.watchdog_timeout(), Duration::from_secs(10));
+    /// ```
     pub fn with_watchdog_timeout(mut self, timeout: Duration) -> Self {
         self.watchdog_timeout = timeout;
         self
@@ -466,6 +522,15 @@ impl LockConfig {
 
     /// Sets how long annotated fns wait by default (default 3 s, at most 365 days, or
     /// [`DefaultWait::Forever`]).
+    ///
+    /// ```
+    /// use lock_runtime::{DefaultWait, LockConfig};
+    /// use std::time::Duration;
+    ///
+    /// let config = LockConfig::single("redis://127.0.0.1:6379")
+    ///     .with_default_wait(DefaultWait::For(Duration::from_millis(500)));
+    /// assert_eq!(config.default_wait(), DefaultWait::For(Duration::from_millis(500)));
+    /// ```
     pub fn with_default_wait(mut self, wait: DefaultWait) -> Self {
         self.default_wait = wait;
         self
@@ -491,12 +556,28 @@ impl LockConfig {
     }
 
     /// Sets how long connecting may take (default 3 s, from 1 ms to 1 h).
+    ///
+    /// ```
+    /// use lock_runtime::LockConfig;
+    /// use std::time::Duration;
+    ///
+    /// let config = LockConfig::single("redis://127.0.0.1:6379").with_connect_timeout(Duration::from_secs(1));
+    /// assert_eq!(config.connect_timeout(), Duration::from_secs(1));
+    /// ```
     pub fn with_connect_timeout(mut self, timeout: Duration) -> Self {
         self.connect_timeout = timeout;
         self
     }
 
     /// Sets how long one Redis operation may take (default 3 s, from 1 ms to 1 h).
+    ///
+    /// ```
+    /// use lock_runtime::LockConfig;
+    /// use std::time::Duration;
+    ///
+    /// let config = LockConfig::single("redis://127.0.0.1:6379").with_response_timeout(Duration::from_millis(800));
+    /// assert_eq!(config.response_timeout(), Duration::from_millis(800));
+    /// ```
     pub fn with_response_timeout(mut self, timeout: Duration) -> Self {
         self.response_timeout = timeout;
         self
@@ -509,6 +590,17 @@ impl LockConfig {
     ///
     /// This narrows, but does not close, the window in which a failover loses a grant: see the
     /// crate docs on replication.
+    ///
+    /// ```
+    /// use lock_runtime::LockConfig;
+    /// use std::time::Duration;
+    ///
+    /// // every grant acknowledged by one replica within 500 ms
+    /// let config = LockConfig::from_toml_str("[redis]\nmode = \"master-slave\"\nmaster = \"redis://m:6379\"\n")?
+    ///     .with_sync_replicas(1, Duration::from_millis(500));
+    /// assert_eq!(config.sync_replicas(), 1);
+    /// # Ok::<(), lock_runtime::LockError>(())
+    /// ```
     pub fn with_sync_replicas(mut self, replicas: u32, timeout: Duration) -> Self {
         self.sync_replicas = replicas;
         self.sync_timeout = timeout;
@@ -516,6 +608,12 @@ impl LockConfig {
     }
 
     /// Sets the ACL user name and password used for every connection.
+    ///
+    /// ```
+    /// let config = lock_runtime::LockConfig::single("redis://127.0.0.1:6379")
+    ///     .with_credentials(Some("lock-service".into()), std::env::var("REDIS_PASSWORD").ok());
+    /// assert_eq!(config.username(), Some("lock-service"));
+    /// ```
     pub fn with_credentials(mut self, username: Option<String>, password: Option<String>) -> Self {
         self.username = username;
         self.password = password;
@@ -525,6 +623,14 @@ impl LockConfig {
     /// Sets the files TLS connections use: a CA and a client certificate (see [`TlsConfig`]).
     /// TLS is used where the URLs say `rediss://`; with plaintext URLs this is a `Config` error
     /// at connect. Needs the crate's `tls` feature.
+    ///
+    /// ```
+    /// use lock_runtime::{LockConfig, TlsConfig};
+    ///
+    /// let config = LockConfig::single("rediss://redis.internal:6380")
+    ///     .with_tls(TlsConfig::new().with_ca_file("/etc/lock/ca.pem"));
+    /// assert!(config.uses_tls());
+    /// ```
     pub fn with_tls(mut self, tls: TlsConfig) -> Self {
         self.tls = Some(tls);
         self
