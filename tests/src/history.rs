@@ -699,6 +699,18 @@ impl History {
             .min()
     }
 
+    /// When every worker that had a section was granted again after `at` (ns,
+    /// [`monotonic_ns`]): the latest of their first grants after it; `None` when one was not.
+    pub fn all_back_after(&self, at: u64) -> Option<u64> {
+        let workers: std::collections::BTreeSet<&str> =
+            self.sections.iter().map(|s| s.worker.as_str()).collect();
+        workers
+            .into_iter()
+            .map(|w| self.first_grant_after(at, Some(w)).map(|d| at + d))
+            .collect::<Option<Vec<u64>>>()
+            .and_then(|backs| backs.into_iter().max())
+    }
+
     /// Nanoseconds from `at` to the first section of a worker other than `worker` that started
     /// after it; `None` when none did.
     pub fn first_grant_to_others_after(&self, at: u64, worker: &str) -> Option<u64> {
@@ -719,6 +731,13 @@ impl History {
     /// line it is the number of other workers; a worker starved while the others kept taking
     /// the lock shows as a large count.
     pub fn longest_bypass(&self) -> Option<Bypass> {
+        self.longest_bypass_after(0)
+    }
+
+    /// [`longest_bypass`](Self::longest_bypass) over the grants of each worker that started at
+    /// `since` or later: fairness once every worker is back after a fault (`since`: the last
+    /// of their first grants after it), without the race of who reaches a new master first.
+    pub fn longest_bypass_after(&self, since: u64) -> Option<Bypass> {
         let mut starts: Vec<u64> = self.sections.iter().map(|s| s.start).collect();
         starts.sort_unstable();
         let mut by_worker: BTreeMap<&str, Vec<u64>> = BTreeMap::new();
@@ -728,7 +747,7 @@ impl History {
         let mut best: Option<Bypass> = None;
         for (worker, mut own) in by_worker {
             own.sort_unstable();
-            for pair in own.windows(2) {
+            for pair in own.windows(2).filter(|pair| pair[0] >= since) {
                 let (from, to) = (pair[0], pair[1]);
                 let others =
                     starts.partition_point(|&t| t < to) - starts.partition_point(|&t| t <= from);

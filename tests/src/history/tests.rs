@@ -416,6 +416,25 @@ fn bypass_counts_grants_to_others_between_two_grants_of_one_worker() {
 }
 
 #[test]
+fn bypass_after_a_fault_counts_from_when_every_worker_is_back() {
+    let mut h = History::new();
+    // c is slow to come back after the fault at 25: a and b take 6 grants meanwhile
+    for (i, w) in ["a", "b", "c", "a", "b", "a", "b", "a", "b", "c", "a", "c"]
+        .iter()
+        .enumerate()
+    {
+        let t = i as u64 * 10;
+        h.record(section(w, i as u64 + 1, t, t + 5));
+    }
+    assert_eq!(h.longest_bypass().unwrap().others, 6);
+    let back = h.all_back_after(25).unwrap();
+    assert_eq!(back, 90, "c's first grant after the fault");
+    let after = h.longest_bypass_after(back).unwrap();
+    assert_eq!((after.worker.as_str(), after.others), ("c", 1));
+    assert_eq!(h.all_back_after(115), None, "nobody was granted after 115");
+}
+
+#[test]
 fn resource_log_counts_stale_writes() {
     let log: Vec<LogEntry> = ["3 a 1", "5 b 1", "4 a 0", "4 c 1", "9 b 1"]
         .iter()
