@@ -233,6 +233,21 @@ impl Guard {
         extend_all(&[self], lease).await
     }
 
+    /// Before an extension to `lease` is sent at `sent`: a fixed lease that gets shorter counts
+    /// from now on, whatever becomes of the call - Redis may apply it even when the call is
+    /// cancelled or its reply lost, and the guard must not outlive the key. (A lock shared
+    /// across processes is never shortened on Redis, and a watched hold stays watched: their
+    /// deadlines stay.)
+    fn before_extend(&self, sent: Instant, lease: Duration) {
+        if self.watched() || self.owner.is_across_processes() {
+            return;
+        }
+        let until = valid_until(sent, Engine::millis(lease));
+        if until < self.cell.valid_until() {
+            self.cell.set_valid_until(until);
+        }
+    }
+
     /// Takes the renew script's flag for this hold from a call sent at `sent` that set its
     /// lease to `lease` from then.
     fn extended(&self, flag: i64, sent: Instant, lease: Duration) -> Result<(), LockError> {
@@ -401,6 +416,9 @@ pub(crate) async fn extend_all(guards: &[&Guard], lease: Duration) -> Result<(),
             call.arg(&*guards[i].field).arg(&*guards[i].grant);
         }
         let sent = Instant::now();
+        for &i in batch {
+            guards[i].before_extend(sent, lease);
+        }
         match inner.backend.run::<Vec<i64>>("extend", &call).await {
             Ok(flags) if flags.len() == batch.len() => {
                 for (&i, flag) in batch.iter().zip(flags) {

@@ -606,3 +606,40 @@ async fn the_watchdog_never_extends_a_fixed_lease() {
     assert!(guard.is_lost());
     drop(guard);
 }
+
+/// An `extend` that shortens a fixed lease and is cancelled while its reply is on its way:
+/// Redis applied the shorter lease, so the guard must be lost when it runs out - before
+/// another service can be granted the lock - not go on trusting the longer one.
+#[tokio::test]
+async fn a_cancelled_shortening_extend_never_leaves_the_guard_the_longer_lease() {
+    let (fx, proxy, service) = behind_proxy(|c| c).await;
+    let other = fx.service(LONG).await;
+    let key = unique_key("short-extend");
+    let guard = service
+        .lock(&key)
+        .lease(Duration::from_secs(10))
+        .await
+        .unwrap();
+    // (a first extend loads the script, so the next one runs as soon as it arrives)
+    guard.extend(Duration::from_secs(10)).await.unwrap();
+    // the call reaches Redis at once, its reply 600 ms later: cancelled before it arrives
+    proxy.set_latency(Duration::from_millis(600));
+    let extend = guard.extend(Duration::from_millis(300));
+    let cancelled = tokio::time::timeout(Duration::from_millis(150), extend).await;
+    assert!(
+        cancelled.is_err(),
+        "the extend answered before it was cancelled"
+    );
+    proxy.set_latency(Duration::ZERO);
+    // Redis expires the key 300 ms after the extend: another service gets it then
+    let taken = other.lock(&key).wait(Duration::from_secs(5)).await.unwrap();
+    assert!(
+        guard.is_lost(),
+        "another service holds the lock while the guard still counts on its 10 s lease \
+         ({:?} left)",
+        guard
+            .valid_until()
+            .saturating_duration_since(Instant::now())
+    );
+    taken.release().await.unwrap();
+}
