@@ -208,8 +208,10 @@ impl<T: Fenced + ?Sized> Fenced for &T {
 /// [`ConnectionManager`](redis::aio::ConnectionManager) and the cluster connection).
 ///
 /// ```no_run
-/// # async fn demo(locks: lock_runtime::LockService) -> Result<(), lock_runtime::LockError> {
-/// # let redis: redis::aio::MultiplexedConnection = todo!();
+/// # async fn demo(
+/// #     locks: lock_runtime::LockService,
+/// #     redis: redis::aio::MultiplexedConnection,
+/// # ) -> Result<(), lock_runtime::LockError> {
 /// use lock_runtime::fenced::RedisValue;
 ///
 /// let stock = RedisValue::new(&redis, "stock:7");
@@ -315,8 +317,10 @@ impl<C> fmt::Debug for RedisValue<C> {
 /// See the [module docs](self).
 ///
 /// ```no_run
-/// # async fn demo(locks: lock_runtime::LockService) -> Result<(), lock_runtime::LockError> {
-/// # let redis: redis::aio::MultiplexedConnection = todo!();
+/// # async fn demo(
+/// #     locks: lock_runtime::LockService,
+/// #     redis: redis::aio::MultiplexedConnection,
+/// # ) -> Result<(), lock_runtime::LockError> {
 /// use lock_runtime::fenced::RedisHash;
 ///
 /// let order = RedisHash::new(&redis, "order:9");
