@@ -31,9 +31,12 @@ pub(crate) struct Guard {
     /// The grant (generation) this guard belongs to.
     grant: GrantId,
     fence: u64,
-    /// The fixed lease (`None`: renewed by the watchdog, which an extension does not change);
-    /// behind a lock so that `extend` takes `&self`.
+    /// The fixed lease (`None`: renewed by the watchdog); behind a lock so that `extend` takes
+    /// `&self`.
     lease: Mutex<Option<Duration>>,
+    /// Renewed by the watchdog (no fixed lease): fixed for the guard's life, an extension does
+    /// not change it, so releases and renewals read it without the lock.
+    watched: bool,
     /// Taken while an extension of this guard is on its way: two extensions through `&self`
     /// run one after the other, so the deadline set last is the one Redis applied last.
     extending: tokio::sync::Mutex<()>,
@@ -79,6 +82,7 @@ impl Guard {
             grant,
             fence,
             lease: Mutex::new(lease),
+            watched: lease.is_none(),
             extending: tokio::sync::Mutex::new(()),
             cell,
             acquired: Instant::now(),
@@ -293,7 +297,7 @@ impl Guard {
     }
 
     fn watched(&self) -> bool {
-        self.lease().is_none()
+        self.watched
     }
 
     /// Records how long the hold was held, when this is its first guard.
