@@ -1,7 +1,9 @@
 //! `lockctl serve`: a small web console over one lock service.
 //!
 //! A background task lists the locks every interval and keeps the latest list and the changes
-//! seen between two lists (holds acquired and released, locks force-unlocked here). The page
+//! seen between two lists (holds acquired, released, expired; locks force-unlocked here), with
+//! when the last list was read and why the last refresh failed: a list older than two
+//! intervals, or one kept after a failed refresh, is *stale*, and `/api/state` says so. The page
 //! (HTML, JS and CSS embedded in the binary; nothing from a CDN) polls `GET /api/state` and
 //! counts the leases down between polls. `POST /api/unlock` force-unlocks a lock when the
 //! console was started with `--allow-unlock`, and answers 403 otherwise.
@@ -33,7 +35,7 @@ use axum::middleware::{self, Next};
 use axum::response::{IntoResponse, Response};
 use axum::routing::{get, post};
 use axum::serve::IncomingStream;
-use lock_runtime::{HoldMode, LockInfo, LockKind, LockService};
+use lock_runtime::{HoldMode, LockInfo, LockKind, LockService, Topology};
 use serde_json::{Value, json};
 
 use crate::{Failure, render};
@@ -43,6 +45,11 @@ pub(crate) const DEFAULT_LISTEN: &str = "127.0.0.1:7373";
 
 /// How many recent events the console keeps.
 const EVENTS_KEPT: usize = 200;
+
+/// How much longer than the time between two lists a hold's last seen lease may have been for
+/// its disappearance to count as expired rather than released: the list is read over a while
+/// (a scan), and the lease was read at some point of it.
+const EXPIRY_MARGIN_MS: u64 = 250;
 
 const INDEX_HTML: &str = include_str!("../assets/console.html");
 const CONSOLE_JS: &str = include_str!("../assets/console.js");
@@ -166,11 +173,16 @@ struct Console {
 
 #[derive(Default)]
 struct Snapshot {
-    /// When the list was read (ms since the epoch); 0 before the first one.
+    /// When the list was read (ms since the epoch): the last successful refresh; 0 before the
+    /// first one.
     taken_ms: u64,
     locks: Vec<LockInfo>,
-    /// Why the last refresh failed, if it did.
+    /// Why the last refresh failed, if it did (`None` once one succeeded again).
     error: Option<String>,
+    /// The last refresh that failed, and why, also after later ones succeeded.
+    last_error: Option<(u64, String)>,
+    /// When the refreshes started failing, while they fail.
+    failing_since_ms: Option<u64>,
     events: VecDeque<Value>,
     next_event: u64,
     /// Locks force-unlocked here since the last list: their holders are not "released".
@@ -288,7 +300,7 @@ async fn refresh(console: &Console) {
     match listed {
         Ok(locks) => {
             if snap.taken_ms != 0 {
-                let events = changes(&snap.locks, &locks, &snap.unlocked, taken);
+                let events = changes(&snap.locks, &locks, &snap.unlocked, snap.taken_ms, taken);
                 for event in events {
                     push_event(&mut snap, event);
                 }
@@ -297,8 +309,26 @@ async fn refresh(console: &Console) {
             snap.locks = locks;
             snap.taken_ms = taken;
             snap.error = None;
+            snap.failing_since_ms = None;
         }
-        Err(e) => snap.error = Some(e.to_string()),
+        Err(e) => {
+            let message = e.to_string();
+            snap.failing_since_ms.get_or_insert(taken);
+            snap.last_error = Some((taken, message.clone()));
+            snap.error = Some(message);
+        }
+    }
+}
+
+/// Whether the list shown is stale at `now` (ms), and since when: a refresh failed after it
+/// was read, or it is older than two intervals (a refresh that hangs, on a Redis that stopped
+/// answering without closing its connections).
+fn staleness(snap: &Snapshot, interval: Duration, now: u64) -> Option<u64> {
+    let late_after = snap.taken_ms + 2 * interval.as_millis() as u64;
+    match snap.failing_since_ms {
+        Some(since) => Some(since.min(late_after)),
+        None if now > late_after => Some(late_after),
+        None => None,
     }
 }
 
@@ -336,24 +366,34 @@ fn event(what: &str, kind: LockKind, key: &str, h: &lock_runtime::Holder, at: u6
     })
 }
 
-/// The holds acquired and released between two lists (oldest first).
+/// The holds acquired, released and expired between two lists, read at `since` and `at` (ms).
+///
+/// A hold that is gone expired when its lease, as last seen, ran out before the second list
+/// (within the time between the two, plus [`EXPIRY_MARGIN_MS`]); otherwise it was released.
+/// Locks force-unlocked here meanwhile are told by their own events.
 fn changes(
     before: &[LockInfo],
     after: &[LockInfo],
     unlocked: &[(LockKind, String)],
+    since: u64,
     at: u64,
 ) -> Vec<Value> {
+    let between = at.saturating_sub(since);
     let (old, new) = (holds(before), holds(after));
     let mut events = Vec::new();
     for info in before {
         let id = (info.kind, info.key.as_str());
         if unlocked.iter().any(|(k, key)| (*k, key.as_str()) == id) {
-            continue; // already told as "unlocked"
+            continue; // already told as "force-unlocked"
         }
         let now = new.get(&id);
         for (hold, h) in &old[&id] {
             if !now.is_some_and(|n| n.iter().any(|(other, _)| other == hold)) {
-                events.push(event("released", info.kind, &info.key, h, at));
+                let what = match ran_out(h.lease_left, between) {
+                    true => "expired",
+                    false => "released",
+                };
+                events.push(event(what, info.kind, &info.key, h, at));
             }
         }
     }
@@ -367,6 +407,12 @@ fn changes(
         }
     }
     events
+}
+
+/// Whether a hold whose lease was `lease_left` at a list and that is gone `between` ms later
+/// ran out of lease (rather than being released). A hold without a lease never runs out.
+fn ran_out(lease_left: Option<Duration>, between: u64) -> bool {
+    lease_left.is_some_and(|l| l.as_millis() as u64 <= between + EXPIRY_MARGIN_MS)
 }
 
 /// Refuses requests whose `Host` does not name the console (421: a page of another site that
@@ -443,15 +489,82 @@ async fn style() -> Response {
     asset("text/css; charset=utf-8", CONSOLE_CSS)
 }
 
+/// The host and port (or socket path) of a Redis URL, without its user, password or query.
+fn address_of(url: &str) -> &str {
+    let rest = url.split_once("://").map_or(url, |(_, rest)| rest);
+    let authority = rest.split(['?', '#']).next().unwrap_or_default();
+    let authority = authority.rsplit_once('@').map_or(authority, |(_, a)| a);
+    match authority.split_once('/') {
+        // a Unix socket (`redis+unix:///run/redis.sock`): its path
+        Some(("", _)) => authority,
+        Some((host, _)) => host,
+        None => authority,
+    }
+}
+
+/// The nodes the configuration names, with their roles there: `[{"address", "role"}]`.
+fn configured_nodes(topology: &Topology) -> Vec<(&str, &'static str)> {
+    match topology {
+        Topology::Single { url } => vec![(address_of(url), "master")],
+        Topology::Cluster { nodes } => nodes.iter().map(|n| (address_of(n), "seed")).collect(),
+        Topology::Sentinel { sentinels, .. } => sentinels
+            .iter()
+            .map(|n| (address_of(n), "sentinel"))
+            .collect(),
+        Topology::MasterSlave { master, replicas } => {
+            std::iter::once((address_of(master), "master"))
+                .chain(replicas.iter().map(|r| (address_of(r), "replica")))
+                .collect()
+        }
+        _ => Vec::new(),
+    }
+}
+
+/// The topology as the page's header shows it: the nodes of the configuration, healthy while
+/// the console's refreshes succeed.
+fn redis_json(topology: &Topology, healthy: bool) -> Value {
+    let nodes: Vec<Value> = configured_nodes(topology)
+        .into_iter()
+        .map(|(address, role)| {
+            json!({
+                "address": address,
+                "role": role,
+                "healthy": healthy,
+                "latency_ms": null,
+                "detail": null,
+            })
+        })
+        .collect();
+    let master_name = match topology {
+        Topology::Sentinel { master_name, .. } => Some(master_name.as_str()),
+        _ => None,
+    };
+    json!({
+        "mode": topology.mode(),
+        "master_name": master_name,
+        "nodes": nodes,
+        "health": "refresh",
+    })
+}
+
 async fn state(State(console): State<Arc<Console>>) -> Json<Value> {
     let snap = console.snapshot();
     let config = console.locks.config();
+    let now = now_ms();
+    let stale_since = staleness(&snap, console.options.interval, now);
     Json(json!({
-        "now_ms": now_ms(),
+        "now_ms": now,
         "taken_ms": snap.taken_ms,
+        "last_ok_ms": (snap.taken_ms != 0).then_some(snap.taken_ms),
+        "last_error": snap.last_error.as_ref().map(|(at, message)| {
+            json!({ "at_ms": at, "message": message })
+        }),
+        "stale": stale_since.is_some(),
+        "stale_since_ms": stale_since,
         "interval_ms": console.options.interval.as_millis() as u64,
         "allow_unlock": console.options.allow_unlock,
         "mode": config.topology().mode(),
+        "redis": redis_json(config.topology(), stale_since.is_none()),
         "prefix": config.prefix(),
         "pattern": console.options.pattern,
         "error": snap.error,
@@ -504,7 +617,7 @@ async fn unlock(
             {
                 let mut snap = console.snapshot();
                 for h in &removed.holders {
-                    push_event(&mut snap, event("unlocked", kind, key, h, at));
+                    push_event(&mut snap, event("force-unlocked", kind, key, h, at));
                 }
                 snap.unlocked.push((kind, key.to_owned()));
             }
@@ -546,6 +659,54 @@ mod tests {
                 port: Some(8443)
             })
         );
+    }
+
+    #[test]
+    fn gone_holds_expired_or_released() {
+        let ms = Duration::from_millis;
+        // the lease had 200 ms left and the next list came 300 ms later: it ran out
+        assert!(ran_out(Some(ms(200)), 300));
+        assert!(ran_out(Some(ms(300 + EXPIRY_MARGIN_MS)), 300));
+        // 20 s left: somebody released it
+        assert!(!ran_out(Some(ms(20_000)), 300));
+        assert!(!ran_out(Some(ms(301 + EXPIRY_MARGIN_MS)), 300));
+        assert!(!ran_out(None, 300));
+    }
+
+    #[test]
+    fn staleness_after_failures_and_silence() {
+        let interval = Duration::from_secs(1);
+        let mut snap = Snapshot {
+            taken_ms: 10_000,
+            ..Snapshot::default()
+        };
+        assert_eq!(staleness(&snap, interval, 11_500), None);
+        // no refresh for more than two intervals: stale since then
+        assert_eq!(staleness(&snap, interval, 12_001), Some(12_000));
+        // a failed refresh: stale at once
+        snap.failing_since_ms = Some(11_000);
+        assert_eq!(staleness(&snap, interval, 11_000), Some(11_000));
+    }
+
+    #[test]
+    fn addresses_without_credentials() {
+        assert_eq!(address_of("redis://127.0.0.1:6379"), "127.0.0.1:6379");
+        assert_eq!(
+            address_of("rediss://ops:s3cret@redis.internal:6380/2?password=x"),
+            "redis.internal:6380"
+        );
+        assert_eq!(address_of("redis://:p@w@host:1"), "host:1");
+        assert_eq!(
+            address_of("redis+unix:///run/redis.sock?db=1"),
+            "/run/redis.sock"
+        );
+        let topology = Topology::MasterSlave {
+            master: "redis://u:pw@10.0.0.1:6379".into(),
+            replicas: vec!["redis://10.0.0.2:6379?password=pw".into()],
+        };
+        let shown = redis_json(&topology, true).to_string();
+        assert!(!shown.contains("pw"), "{shown}");
+        assert!(shown.contains("10.0.0.2:6379"), "{shown}");
     }
 
     #[test]
