@@ -7,7 +7,7 @@ use std::process::{Child, Command, Output, Stdio};
 use std::time::{Duration, Instant};
 
 use lock_runtime::{ErrorKind, LockConfig, LockGuard, LockService, Permit, WriteGuard, owner};
-use lock_tests::harness::{Kind, shared, spawn_child, unique_key};
+use lock_tests::harness::{Kind, Spec, Topology, shared, spawn_child, unique_key};
 use serde_json::Value;
 
 const LOCKCTL: &str = env!("CARGO_BIN_EXE_lockctl");
@@ -27,6 +27,21 @@ impl Fixture {
             Kind::Cluster => format!("mode = \"cluster\"\nnodes = {:?}", topo.node_urls()),
             other => panic!("no fixture for {other:?}"),
         };
+        Fixture::on(&redis).await
+    }
+
+    /// A fixture on a single node of its own, which the test may stop.
+    async fn private(topo: &Topology) -> Fixture {
+        // a short connect timeout: a stopped server is found out within the refresh interval
+        let redis = format!(
+            "mode = \"single\"\nurl = {:?}\nconnect_timeout = \"300ms\"\nresponse_timeout = \"500ms\"",
+            topo.url()
+        );
+        Fixture::on(&redis).await
+    }
+
+    /// A fixture on the `[redis]` section `redis`.
+    async fn on(redis: &str) -> Fixture {
         let dir = tempfile::tempdir().unwrap();
         let config = dir.path().join("lock.toml");
         // a short watchdog: a watched hold that was force-unlocked learns it within a second
@@ -993,6 +1008,110 @@ fn seconds(text: &str) -> f64 {
         .unwrap_or_else(|| panic!("not a lease in seconds: {text:?}"))
 }
 
+/// Makes the page's viewport `width` x `height` CSS pixels (the window of headless Chromium
+/// may add a frame: it is measured and made up for).
+async fn set_viewport(client: &fantoccini::Client, width: u32, height: u32) {
+    let inner = "return [window.innerWidth, window.innerHeight];";
+    let (mut w, mut h) = (width, height);
+    for _ in 0..3 {
+        client.set_window_size(w, h).await.unwrap();
+        let got = client.execute(inner, vec![]).await.unwrap();
+        let (got_w, got_h) = (got[0].as_u64().unwrap(), got[1].as_u64().unwrap());
+        if (got_w, got_h) == (u64::from(width), u64::from(height)) {
+            return;
+        }
+        // the frame: what the window has beyond the viewport
+        w = (u64::from(w) + u64::from(width)).saturating_sub(got_w) as u32;
+        h = (u64::from(h) + u64::from(height)).saturating_sub(got_h) as u32;
+    }
+    panic!("cannot make the viewport {width}x{height}");
+}
+
+/// What sticks out of the viewport sideways: the page's scroll width beyond its width, and
+/// the elements (with their text) whose box leaves it.
+async fn off_screen(client: &fantoccini::Client) -> Vec<String> {
+    let script = r#"
+        const width = document.documentElement.clientWidth;
+        const out = [];
+        if (document.documentElement.scrollWidth > width) {
+            out.push("the page scrolls sideways: " + document.documentElement.scrollWidth + " > " + width);
+        }
+        for (const e of document.querySelectorAll("body *")) {
+            const r = e.getBoundingClientRect();
+            if (r.width > 0 && (r.right > width + 0.5 || r.left < -0.5)) {
+                out.push(e.tagName + "." + e.className + " [" + Math.round(r.left) + ", " +
+                    Math.round(r.right) + "] of " + width + ": " + (e.innerText || "").slice(0, 60));
+            }
+        }
+        return out;"#;
+    let found = client.execute(script, vec![]).await.unwrap();
+    serde_json::from_value(found).unwrap()
+}
+
+/// Saves a screenshot of the page as `target/lockctl-<name>.png`, and as `<name>.png` in
+/// `$LOCKCTL_SCREENSHOTS_DIR` when that is set (the README's pictures: `docs/`).
+async fn screenshot(client: &fantoccini::Client, name: &str) -> PathBuf {
+    let png = client.screenshot().await.unwrap();
+    assert!(png.starts_with(b"\x89PNG"), "a PNG screenshot");
+    let target = Path::new(env!("CARGO_TARGET_TMPDIR")).parent().unwrap();
+    let path = target.join(format!("lockctl-{name}.png"));
+    std::fs::write(&path, &png).unwrap();
+    if let Some(dir) = std::env::var_os("LOCKCTL_SCREENSHOTS_DIR") {
+        let dir = PathBuf::from(dir);
+        std::fs::create_dir_all(&dir).unwrap();
+        std::fs::write(dir.join(format!("{name}.png")), &png).unwrap();
+    }
+    path
+}
+
+/// The texts of the elements matching `css` (none: empty), read in one script run.
+async fn texts_of(client: &fantoccini::Client, css: &str) -> Vec<String> {
+    let script = "return [...document.querySelectorAll(arguments[0])].map(e => e.innerText);";
+    let texts = client
+        .execute(script, vec![Value::from(css)])
+        .await
+        .unwrap_or_else(|e| panic!("{css}: {e}"));
+    serde_json::from_value(texts).unwrap()
+}
+
+/// Waits until the text of an element matching `css` contains `wanted`.
+async fn wait_for_text(client: &fantoccini::Client, css: &str, wanted: &str, within: Duration) {
+    let deadline = Instant::now() + within;
+    loop {
+        let text = texts_of(client, css).await.join("\n");
+        if text.contains(wanted) {
+            return;
+        }
+        assert!(
+            Instant::now() < deadline,
+            "no {wanted:?} in {css} within {within:?}: {text}"
+        );
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+}
+
+/// The keys of the rows shown, top to bottom.
+async fn shown_keys(client: &fantoccini::Client) -> Vec<String> {
+    let script =
+        "return [...document.querySelectorAll('#lock-rows tr.lock')].map(r => r.dataset.key);";
+    serde_json::from_value(client.execute(script, vec![]).await.unwrap()).unwrap()
+}
+
+/// Types `text` into the key filter (replacing what was there).
+async fn filter_keys(client: &fantoccini::Client, text: &str) {
+    // WebDriver's clear fires no input event: empty it as a user's select-and-delete would
+    let empty = "const f = document.getElementById('filter'); f.value = ''; \
+                 f.dispatchEvent(new Event('input'));";
+    client.execute(empty, vec![]).await.unwrap();
+    let filter = client
+        .find(fantoccini::Locator::Css("#filter"))
+        .await
+        .unwrap();
+    if !text.is_empty() {
+        filter.send_keys(text).await.unwrap();
+    }
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn console_in_chromium() {
     let Some((chromium, chromedriver)) = browser() else {
@@ -1008,7 +1127,9 @@ async fn console_in_chromium() {
         return;
     };
     let started = Instant::now();
-    let fx = Fixture::new(Kind::Single).await;
+    // a server of its own: the test stops it to see the page go stale
+    let topo = Topology::start(Spec::Single).await;
+    let fx = Fixture::private(&topo).await;
     let locks = &fx.locks;
     let base = unique_key("console");
     let key = format!("{base}:goods:42");
@@ -1017,11 +1138,20 @@ async fn console_in_chromium() {
         .await
         .unwrap();
     // something of every kind on the page
-    let job = owner::chain("nightly-report", async {
-        locks.lock(format!("{base}:job:nightly")).await
-    })
-    .await
-    .unwrap();
+    let job_key = format!("{base}:job:nightly");
+    let job = owner::chain("nightly-report", async { locks.lock(&job_key).await })
+        .await
+        .unwrap();
+    // a caller of another service waiting for the nightly job (a service's own callers wait
+    // behind its holds without registering on Redis)
+    let waiter = {
+        let config = LockConfig::from_file(&fx.config).unwrap();
+        let locks = LockService::connect(config).await.unwrap();
+        let job_key = job_key.clone();
+        tokio::spawn(owner::chain("req-77", async move {
+            locks.lock(&job_key).wait(Duration::from_secs(120)).await
+        }))
+    };
     let catalog = format!("{base}:catalog:7");
     let r1 = owner::chain("req-50", async {
         locks.read(&catalog).lease(Duration::from_secs(30)).await
@@ -1033,6 +1163,14 @@ async fn console_in_chromium() {
     })
     .await
     .unwrap();
+    let second_goods = owner::chain("req-43", async {
+        locks
+            .lock(format!("{base}:goods:43"))
+            .lease(Duration::from_secs(90))
+            .await
+    })
+    .await
+    .unwrap();
     let renders = locks.semaphore(format!("{base}:pdf-render"), 4);
     let permit = owner::chain("req-60", async {
         renders.acquire_many(2).lease(Duration::from_secs(40)).await
@@ -1041,9 +1179,17 @@ async fn console_in_chromium() {
     .unwrap();
 
     let (_serve, url) = serve(&fx.config, &["--allow-unlock", &format!("{base}*")]).await;
+    // a hold whose lease runs out while the console watches
+    let cart = format!("{base}:cart:9");
+    let expiring = owner::chain("req-61", async {
+        locks.lock(&cart).lease(Duration::from_secs(2)).await
+    })
+    .await
+    .unwrap();
     let profile = tempfile::tempdir().unwrap();
     let (_driver, client) = webdriver(&chromium, &chromedriver, profile.path()).await;
     let ready = started.elapsed();
+    set_viewport(&client, 1280, 800).await;
     client.goto(&url).await.unwrap();
     let row = format!("tr.lock[data-key=\"{key}\"][data-kind=\"mutex\"]");
     client
@@ -1062,11 +1208,12 @@ async fn console_in_chromium() {
     assert!(!request.contains("req-42#"), "{request}");
 
     // the lease counts down
-    let first = seconds(&text_of(&client, &format!("{row} .lease")).await);
+    let lease_text = |t: String| seconds(t.trim().trim_start_matches("lease").trim());
+    let first = lease_text(text_of(&client, &format!("{row} .lease")).await);
     assert!(first > 0.0 && first <= lease.as_secs_f64(), "{first}");
     let deadline = Instant::now() + Duration::from_secs(5);
     let second = loop {
-        let now = seconds(&text_of(&client, &format!("{row} .lease")).await);
+        let now = lease_text(text_of(&client, &format!("{row} .lease")).await);
         if now < first - 0.5 {
             break now;
         }
@@ -1078,22 +1225,71 @@ async fn console_in_chromium() {
     };
     assert!(second > first - 5.0, "{first} -> {second}");
 
-    // changes between refreshes become events
+    // who waits
+    let job_row = format!("tr.lock[data-key=\"{job_key}\"]");
+    wait_for_text(
+        &client,
+        &format!("{job_row} .waiting"),
+        "1 service",
+        Duration::from_secs(10),
+    )
+    .await;
+
+    // changes between refreshes become events, each kind named as what it was
     r2.release().await.unwrap();
-    let deadline = Instant::now() + Duration::from_secs(5);
-    while !text_of(&client, "#events").await.contains("released") {
-        assert!(Instant::now() < deadline, "no release event");
-        tokio::time::sleep(Duration::from_millis(100)).await;
-    }
+    wait_for_text(&client, "#events", "released", Duration::from_secs(5)).await;
     let events = text_of(&client, "#events").await;
     assert!(events.contains(&format!("rw {catalog}")), "{events}");
     assert!(events.contains("request req-51"), "{events}");
+    // the lease of the cart ran out: expired, not released
+    wait_for_text(
+        &client,
+        "#events li.event-expired",
+        &cart,
+        Duration::from_secs(10),
+    )
+    .await;
+    let expired = texts_of(&client, "#events li.event-expired")
+        .await
+        .join("\n");
+    assert!(expired.contains("expired"), "{expired}");
+    assert!(expired.contains("request req-61"), "{expired}");
+    let released = texts_of(&client, "#events li.event-released").await;
+    assert!(!released.iter().any(|e| e.contains(&cart)), "{released:?}");
+    drop(expiring);
 
-    let screenshot = client.screenshot().await.unwrap();
-    let target = Path::new(env!("CARGO_TARGET_TMPDIR")).parent().unwrap();
-    let png = target.join("lockctl-console.png");
-    std::fs::write(&png, &screenshot).unwrap();
-    assert!(screenshot.starts_with(b"\x89PNG"), "a PNG screenshot");
+    // filter by key: text, then a glob
+    filter_keys(&client, "catalog").await;
+    assert_eq!(shown_keys(&client).await, [catalog.as_str()]);
+    filter_keys(&client, &format!("{base}:*:nightly")).await;
+    assert_eq!(shown_keys(&client).await, [job_key.as_str()]);
+    wait_for_text(&client, "#count", "1 of 5", Duration::from_secs(2)).await;
+    filter_keys(&client, "").await;
+    assert_eq!(shown_keys(&client).await.len(), 5);
+    // sorted by key, by waiters
+    let keys = shown_keys(&client).await;
+    let mut sorted = keys.clone();
+    sorted.sort();
+    assert_eq!(keys, sorted);
+    client
+        .find(fantoccini::Locator::Css("#sort"))
+        .await
+        .unwrap()
+        .select_by_value("waiters")
+        .await
+        .unwrap();
+    assert_eq!(shown_keys(&client).await[0], job_key);
+    client
+        .find(fantoccini::Locator::Css("#sort"))
+        .await
+        .unwrap()
+        .select_by_value("key")
+        .await
+        .unwrap();
+
+    // at 1280 px everything is on screen, the force-unlock buttons too
+    let problems = off_screen(&client).await;
+    assert!(problems.is_empty(), "at 1280 px: {problems:#?}");
 
     // force-unlock behind a confirmation
     click(&client, &format!("{row} button.unlock")).await;
@@ -1130,10 +1326,17 @@ async fn console_in_chromium() {
             .is_empty()
     })
     .await;
-    eventually("an unlocked event", Duration::from_secs(5), || async {
-        text_of(&client, "#events").await.contains("unlocked")
-    })
+    wait_for_text(
+        &client,
+        "#events li.event-force-unlocked",
+        &key,
+        Duration::from_secs(5),
+    )
     .await;
+    let unlocked = texts_of(&client, "#events li.event-force-unlocked")
+        .await
+        .join("\n");
+    assert!(unlocked.contains("force-unlocked"), "{unlocked}");
     let e = guard.release().await.unwrap_err();
     assert_eq!(e.kind(), ErrorKind::NotHeld, "{e}");
     let other = text_of(&client, "#lock-rows").await;
@@ -1141,11 +1344,26 @@ async fn console_in_chromium() {
         other.contains("nightly-report#"),
         "the other locks stay: {other}"
     );
+    assert!(!text_of(&client, "#status").await.contains("stale"));
+    let wide = screenshot(&client, "console-1280").await;
+
+    // at 800 px: cards, nothing off screen
+    set_viewport(&client, 800, 1000).await;
+    let problems = off_screen(&client).await;
+    assert!(problems.is_empty(), "at 800 px: {problems:#?}");
+    let head_shown = client
+        .execute(
+            "return getComputedStyle(document.querySelector('#locks thead')).display;",
+            vec![],
+        )
+        .await
+        .unwrap();
+    assert_eq!(head_shown, "none", "the narrow layout has no table header");
+    let narrow = screenshot(&client, "console-800").await;
 
     // without --allow-unlock there is no button
     let (_plain, plain_url) = serve(&fx.config, &[&format!("{base}*")]).await;
     client.goto(&plain_url).await.unwrap();
-    let job_row = format!("tr.lock[data-key=\"{base}:job:nightly\"]");
     client
         .wait()
         .at_most(Duration::from_secs(10))
@@ -1160,15 +1378,68 @@ async fn console_in_chromium() {
         buttons.is_empty(),
         "force-unlock is offered without --allow-unlock"
     );
+
+    // Redis stops: the page says the data is stale, and so does the API
+    client.goto(&url).await.unwrap();
+    client
+        .wait()
+        .at_most(Duration::from_secs(10))
+        .for_element(fantoccini::Locator::Css(&job_row))
+        .await
+        .unwrap();
+    set_viewport(&client, 1280, 800).await;
+    waiter.abort();
+    topo.kill(topo.ports()[0]);
+    wait_for_text(
+        &client,
+        "#stale",
+        "Redis unreachable",
+        Duration::from_secs(10),
+    )
+    .await;
+    let status = client
+        .execute(
+            "const s = document.querySelector('#status'); \
+             return [s.className, s.innerText, document.body.className];",
+            vec![],
+        )
+        .await
+        .unwrap();
+    assert_eq!(status[0], "status stale", "{status}");
+    assert!(
+        status[1].as_str().unwrap().starts_with("stale since"),
+        "{status}"
+    );
+    assert!(status[2].as_str().unwrap().contains("is-stale"), "{status}");
+    let banner = text_of(&client, "#stale").await;
+    assert!(banner.contains("showing the locks as of"), "{banner}");
+    assert!(
+        text_of(&client, "#lock-rows")
+            .await
+            .contains("nightly-report#"),
+        "the last list stays, dimmed"
+    );
+    let (code, body) = http(&url, "GET", "/api/state", None, &[], "").await;
+    assert_eq!(code, 200, "{body}");
+    let state: Value = serde_json::from_str(&body).unwrap();
+    assert_eq!(state["stale"], true, "{state}");
+    assert!(state["last_error"]["message"].is_string(), "{state}");
+    assert!(
+        state["last_ok_ms"].as_u64().unwrap() <= state["stale_since_ms"].as_u64().unwrap(),
+        "{state}"
+    );
+    let stale = screenshot(&client, "console-stale").await;
     client.close().await.unwrap();
 
-    job.release().await.unwrap();
-    r1.release().await.unwrap();
-    permit.release().await.unwrap();
+    // the holds went with the server
+    drop((job, second_goods, r1, permit));
     eprintln!(
-        "console_in_chromium: browser ready after {:.1}s, whole test {:.1}s; screenshot {}",
+        "console_in_chromium: browser ready after {:.1}s, whole test {:.1}s; screenshots {}, \
+         {}, {}",
         ready.as_secs_f64(),
         started.elapsed().as_secs_f64(),
-        png.display()
+        wide.display(),
+        narrow.display(),
+        stale.display()
     );
 }
