@@ -1048,15 +1048,15 @@ async fn off_screen(client: &fantoccini::Client) -> Vec<String> {
     serde_json::from_value(found).unwrap()
 }
 
-/// Saves a screenshot of the page as `target/lockctl-<name>.png`, and as `<name>.png` in
-/// `$LOCKCTL_SCREENSHOTS_DIR` when that is set (the README's pictures: `docs/`).
-async fn screenshot(client: &fantoccini::Client, name: &str) -> PathBuf {
+/// Saves a screenshot of the page as `target/lockctl-<name>.png`; one `for_docs` also as
+/// `<name>.png` in `$LOCKCTL_SCREENSHOTS_DIR` when that is set (the README's pictures: `docs/`).
+async fn screenshot(client: &fantoccini::Client, name: &str, for_docs: bool) -> PathBuf {
     let png = client.screenshot().await.unwrap();
     assert!(png.starts_with(b"\x89PNG"), "a PNG screenshot");
     let target = Path::new(env!("CARGO_TARGET_TMPDIR")).parent().unwrap();
     let path = target.join(format!("lockctl-{name}.png"));
     std::fs::write(&path, &png).unwrap();
-    if let Some(dir) = std::env::var_os("LOCKCTL_SCREENSHOTS_DIR") {
+    if let Some(dir) = std::env::var_os("LOCKCTL_SCREENSHOTS_DIR").filter(|_| for_docs) {
         let dir = PathBuf::from(dir);
         std::fs::create_dir_all(&dir).unwrap();
         std::fs::write(dir.join(format!("{name}.png")), &png).unwrap();
@@ -1345,7 +1345,7 @@ async fn console_in_chromium() {
         "the other locks stay: {other}"
     );
     assert!(!text_of(&client, "#status").await.contains("stale"));
-    let wide = screenshot(&client, "console-1280").await;
+    let wide = screenshot(&client, "console-1280", true).await;
 
     // at 800 px: cards, nothing off screen
     set_viewport(&client, 800, 1000).await;
@@ -1359,7 +1359,7 @@ async fn console_in_chromium() {
         .await
         .unwrap();
     assert_eq!(head_shown, "none", "the narrow layout has no table header");
-    let narrow = screenshot(&client, "console-800").await;
+    let narrow = screenshot(&client, "console-800", true).await;
 
     // without --allow-unlock there is no button
     let (_plain, plain_url) = serve(&fx.config, &[&format!("{base}*")]).await;
@@ -1428,7 +1428,7 @@ async fn console_in_chromium() {
         state["last_ok_ms"].as_u64().unwrap() <= state["stale_since_ms"].as_u64().unwrap(),
         "{state}"
     );
-    let stale = screenshot(&client, "console-stale").await;
+    let stale = screenshot(&client, "console-stale", false).await;
     client.close().await.unwrap();
 
     // the holds went with the server
