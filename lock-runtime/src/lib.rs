@@ -208,7 +208,7 @@ pub use config::{DefaultWait, LockConfig, TlsConfig, Topology};
 pub use context::{Held, current_fence, current_lock_key};
 pub use error::{ErrorKind, LockError};
 pub use events::LockEvent;
-pub use inspect::{Holder, LockInfo};
+pub use inspect::{Holder, JournalEntry, JournalKind, Kept, LockInfo, ServiceWaiters};
 pub use kinds::multi::{MultiGuard, MultiRequest};
 pub use kinds::mutex::{LockGuard, LockRequest};
 pub use kinds::rw::{ReadGuard, ReadRequest, RwRequest, WriteGuard, WriteRequest};

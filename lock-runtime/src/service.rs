@@ -6,7 +6,7 @@ use std::time::Duration;
 
 use crate::backend::Backend;
 use crate::config::LockConfig;
-use crate::engine::{Engine, notify, owner_field, watchdog};
+use crate::engine::{Engine, notify, presence, watchdog};
 use crate::error::LockError;
 use crate::events::LockEvent;
 use crate::inspect::{self, LockInfo};
@@ -71,6 +71,7 @@ impl LockService {
         let inner = Arc::new(Engine::new(backend, config, runtime.clone()));
         runtime.spawn(watchdog::run(Arc::downgrade(&inner), period));
         runtime.spawn(notify::run(Arc::downgrade(&inner), push_rx));
+        runtime.spawn(presence::run(Arc::downgrade(&inner)));
         Ok(LockService { inner })
     }
 
@@ -182,7 +183,8 @@ impl LockService {
         self.lock(key).wait(Duration::ZERO)
     }
 
-    /// Whether anyone holds `key`.
+    /// Whether the mutex `key` is taken: held by anyone, or kept after a release because of
+    /// its minimum hold ([`LockRequest::hold_at_least`](crate::LockRequest::hold_at_least)).
     ///
     /// # Errors
     /// [`ErrorKind::InvalidKey`](crate::ErrorKind::InvalidKey) or [`ErrorKind::Backend`](crate::ErrorKind::Backend).
@@ -196,7 +198,8 @@ impl LockService {
     /// # Ok(()) }
     /// ```
     pub async fn is_locked(&self, key: &str) -> Result<bool, LockError> {
-        Ok(self.inspect(key).await?.holder.is_some())
+        let info = self.inspect(key).await?;
+        Ok(info.holder.is_some() || info.kept.is_some())
     }
 
     /// Removes the lock `key` whoever holds it, and wakes its waiters. Returns whether a lock
@@ -276,7 +279,7 @@ impl LockService {
             return Ok(false);
         };
         let holder = self.inspect(key).await?.holder;
-        Ok(holder.as_deref() == Some(&*owner_field(&owner)))
+        Ok(holder.as_deref() == Some(&*self.inner.owner_field(&owner)))
     }
 
     /// The configuration the service runs with.
@@ -322,6 +325,27 @@ impl LockService {
 /// Operators' methods: what is held, by whom, and breaking a lock whoever holds it (see
 /// [`inspect`](crate::inspect)).
 impl LockService {
+    /// The latest `limit` entries of the journal, newest first: the force-unlocks and the holds
+    /// lost while held that any service of this prefix recorded (about the last 500; the
+    /// journal, one Redis stream `<prefix>journal`, expires a week after its last entry).
+    /// A hold released or run out is not journaled (it happens all the time); `lockctl` tells
+    /// those apart by watching.
+    ///
+    /// # Errors
+    /// [`ErrorKind::Backend`](crate::ErrorKind::Backend) when Redis failed or did not answer
+    /// within `response_timeout`.
+    ///
+    /// ```no_run
+    /// # async fn demo(locks: lock_runtime::LockService) -> Result<(), lock_runtime::LockError> {
+    /// for entry in locks.journal(10).await? {
+    ///     println!("{} {} by {:?}", entry.what, entry.key, entry.instance_name);
+    /// }
+    /// # Ok(()) }
+    /// ```
+    pub async fn journal(&self, limit: usize) -> Result<Vec<crate::JournalEntry>, LockError> {
+        presence::journal(&self.inner, limit).await
+    }
+
     /// The locks of every kind held now under this service's prefix whose key matches the glob
     /// `pattern` (`*` any text, `?` one character, `[abc]` one of; `None`: all), sorted by key
     /// and kind, each as [`inspect_kind`](Self::inspect_kind) gives it.
@@ -329,7 +353,8 @@ impl LockService {
     /// The keys are found with `SCAN` (never `KEYS`, which blocks Redis) on the master, and on
     /// every master of a cluster, then inspected one by one: a lock taken or released meanwhile
     /// may be missing or shown as it was a moment ago. Auxiliary keys (fence counters, waiting
-    /// sets, turn markers) are skipped, and so are locks whose holds all ran out.
+    /// sets, turn markers) are skipped, and so are locks whose holds all ran out; a mutex kept
+    /// after its release for its minimum hold is listed, with [`LockInfo::kept`] set.
     ///
     /// # Errors
     /// [`ErrorKind::Backend`](crate::ErrorKind::Backend) when Redis failed or did not answer within `response_timeout`.

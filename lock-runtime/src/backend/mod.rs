@@ -148,6 +148,34 @@ impl Backend {
         }
     }
 
+    /// Runs one plain command (not a lock operation: the services' reports and the journal,
+    /// see `engine::presence`), on the master, or in a cluster on the master of its key's slot.
+    pub(crate) async fn command<T: FromRedisValue>(
+        &self,
+        what: &'static str,
+        cmd: &redis::Cmd,
+    ) -> Result<T, LockError> {
+        match &self.conn {
+            Conn::Single(s) => {
+                let mut con = s.commands.clone();
+                self.timed(what, cmd.query_async(&mut con)).await
+            }
+            Conn::Cluster(c) => {
+                let attempt = || {
+                    let mut con = c.commands.clone();
+                    async move { cmd.query_async(&mut con).await }
+                };
+                self.timed(what, not_run_retried(attempt)).await
+            }
+            Conn::Sentinel(s) => {
+                let mut con = s.current().commands.clone();
+                let result = self.timed(what, cmd.query_async(&mut con)).await;
+                s.check(&result);
+                result
+            }
+        }
+    }
+
     /// Runs a script that may grant a lock; with `sync_replicas` set, `WAIT`s for the replicas
     /// on the same connection in the same round trip.
     pub(crate) async fn run_synced<T: FromRedisValue>(
