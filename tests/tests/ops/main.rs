@@ -10,5 +10,6 @@ mod web_common;
 mod inspect;
 mod leftovers;
 mod metrics;
+mod nodes;
 mod registry;
 mod tracing_spans;
