@@ -15,6 +15,7 @@ use crate::kinds::mutex::{self, LockRequest};
 use crate::kinds::rw::{ReadRequest, WriteRequest};
 use crate::kinds::semaphore::Semaphore;
 use crate::kinds::{self, layout};
+use crate::nodes::RedisNodes;
 use crate::owner;
 use crate::vocab::LockKind;
 
@@ -323,7 +324,7 @@ impl LockService {
 }
 
 /// Operators' methods: what is held, by whom, and breaking a lock whoever holds it (see
-/// [`inspect`](crate::inspect)).
+/// [`inspect`](crate::inspect)); the Redis servers and their health ([`nodes`](Self::nodes)).
 impl LockService {
     /// The latest `limit` entries of the journal, newest first: the force-unlocks and the holds
     /// lost while held that any service of this prefix recorded (about the last 500; the
@@ -388,6 +389,45 @@ impl LockService {
         key: &str,
     ) -> Result<Option<LockInfo>, LockError> {
         inspect::force_unlock(&self.inner, layout(kind), key).await
+    }
+
+    /// The Redis servers this service uses, each with its role and whether it answers now: the
+    /// topology for an operator's console.
+    ///
+    /// | mode | nodes |
+    /// |---|---|
+    /// | `single` | the server (a master, or a replica if the URL names one: then it is unhealthy, locks cannot be written there), and the replicas its `ROLE` reply lists as linked |
+    /// | `master-slave` | the master, then each configured replica, asked on a connection of its own (its link to the master, and how many bytes it is behind) |
+    /// | `sentinel` | the master the sentinels name now and the replicas its `ROLE` reply lists, then each configured sentinel (`PING` on a connection of its own) |
+    /// | `cluster` | every node `CLUSTER NODES` lists (asked of every node at once; the first answer is used), with the flags `fail`, `fail?` (`pfail`), `handshake`, `noaddr` and a disconnected cluster link |
+    ///
+    /// Every probe, connecting included, ends after `response_timeout`, and they all run at
+    /// once, so a call takes about one `response_timeout` at most. A server that does not answer
+    /// is listed as unhealthy with the reason in [`NodeStatus::detail`](crate::NodeStatus::detail)
+    /// (`"not reachable: ..."`); a replica that is not linked to its master any more is
+    /// not listed by its master (single and sentinel mode) until it is back. See
+    /// [`NodeStatus`](crate::NodeStatus) for what healthy means.
+    ///
+    /// # Errors
+    /// [`ErrorKind::Backend`](crate::ErrorKind::Backend) only when no server answered at all
+    /// (the message names each one with its reason): the server of single mode, neither the
+    /// master nor a replica of master-slave mode, neither the master nor a sentinel of sentinel
+    /// mode, no node of a cluster.
+    ///
+    /// ```no_run
+    /// # async fn demo(locks: lock_runtime::LockService) -> Result<(), lock_runtime::LockError> {
+    /// let topology = locks.nodes().await?;
+    /// println!("redis ({})", topology.mode);
+    /// for node in &topology.nodes {
+    ///     let state = if node.healthy { "ok" } else { "DOWN" };
+    ///     let latency = node.latency.map(|l| format!("{l:?}")).unwrap_or_default();
+    ///     let detail = node.detail.as_deref().unwrap_or("");
+    ///     println!("  {:<8} {:<22} {state:<4} {latency:>10} {detail}", node.role, node.address);
+    /// }
+    /// # Ok(()) }
+    /// ```
+    pub async fn nodes(&self) -> Result<RedisNodes, LockError> {
+        self.inner.backend.nodes(&self.inner.config).await
     }
 
     /// The Redis key of the lock `key` of `kind` under this service's prefix, e.g.

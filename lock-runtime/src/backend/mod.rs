@@ -7,11 +7,14 @@
 //! | sentinel | the same, to the master the sentinels name; re-resolved on failover |
 //! | cluster | the cluster client: slot routing, topology refresh, sharded pub/sub |
 //!
+//! `nodes.rs` asks every server of the topology for its role and health, for operators.
+//!
 //! Every operation carries our own timeout (`redis.response_timeout`), because the clients'
 //! reconnect logic can otherwise make a call wait out a whole retry budget.
 
 mod cluster;
 mod manager;
+mod nodes;
 mod probe;
 mod sentinel;
 mod single;
