@@ -9,7 +9,15 @@ use crate::duration::{self, WaitArg};
 
 /// Every argument the attribute accepts, in the order the docs list them.
 const ARGUMENTS: &[&str] = &[
-    "key", "keys", "with", "kind", "lease", "wait", "on_lost", "crate",
+    "key",
+    "keys",
+    "with",
+    "kind",
+    "lease",
+    "wait",
+    "hold_at_least",
+    "on_lost",
+    "crate",
 ];
 
 /// The values of `kind`, as the error for an unknown one lists them.
@@ -51,6 +59,8 @@ pub(crate) struct LockArgs {
     pub(crate) lease_millis: Option<u64>,
     /// `None` means the config's `default_wait`.
     pub(crate) wait: Option<WaitArg>,
+    /// Minimum hold in milliseconds (the mutex of one key only).
+    pub(crate) hold_millis: Option<u64>,
     pub(crate) on_lost: OnLostArg,
     /// The path generated code uses to reach the runtime; `::lock_runtime` unless overridden.
     pub(crate) krate: syn::Path,
@@ -110,6 +120,7 @@ fn parse_args(input: ParseStream<'_>) -> syn::Result<LockArgs> {
     let mut kind: Slot<(KindArg, LitStr)> = Slot::new();
     let mut lease = Slot::new();
     let mut wait = Slot::new();
+    let mut hold: Slot<(u64, LitStr)> = Slot::new();
     let mut on_lost = Slot::new();
     let mut krate = Slot::new();
     let mut with = Slot::new();
@@ -169,6 +180,9 @@ fn parse_args(input: ParseStream<'_>) -> syn::Result<LockArgs> {
                 "kind" => kind.set(&name, || Ok((parse_kind(&value)?, value)))?,
                 "lease" => lease.set(&name, || duration::parse_lease(&value))?,
                 "wait" => wait.set(&name, || duration::parse_wait(&value))?,
+                "hold_at_least" => {
+                    hold.set(&name, || Ok((duration::parse_hold(&value)?, value.clone())))?
+                }
                 "on_lost" => on_lost.set(&name, || parse_on_lost(&value))?,
                 _ => krate.set(&name, || parse_crate_path(&value))?,
             }
@@ -206,10 +220,29 @@ fn parse_args(input: ParseStream<'_>) -> syn::Result<LockArgs> {
             ));
         }
     };
+    // a minimum hold keeps a mutex after its release; the other kinds have no such state
+    let hold_millis = match (&hold.value, &locks) {
+        (None, _) => None,
+        (
+            Some((millis, _)),
+            LocksArg::One {
+                kind: KindArg::Lock,
+                ..
+            },
+        ) => Some(*millis),
+        (Some((_, lit)), _) => {
+            return Err(Error::new(
+                lit.span(),
+                "`hold_at_least` applies to the mutex of one `key` (the default `kind`): a \
+                 read-write lock or `keys = [..]` is freed when the body ends",
+            ));
+        }
+    };
     Ok(LockArgs {
         locks,
         lease_millis: lease.value,
         wait: wait.value,
+        hold_millis,
         on_lost: on_lost.value.unwrap_or(OnLostArg::Fail),
         krate: krate
             .value
@@ -326,6 +359,7 @@ fn example(name: &Ident) -> &'static str {
         "kind" => "`kind = \"read\"`",
         "lease" => "`lease = \"5s\"`",
         "wait" => "`wait = \"2s\"` or `wait = \"forever\"`",
+        "hold_at_least" => "`hold_at_least = \"30s\"`",
         "on_lost" => "`on_lost = \"continue\"`",
         _ => "`crate = \"my_crate::lock_runtime\"`",
     }
@@ -375,6 +409,43 @@ mod tests {
         match LockArgs::parse(tokens) {
             Ok(_) => panic!("the arguments were accepted"),
             Err(error) => error.to_string(),
+        }
+    }
+
+    #[test]
+    fn a_minimum_hold_is_for_the_mutex_of_one_key() {
+        let args = LockArgs::parse(quote!(
+            key = "job:<name>",
+            wait = "0s",
+            hold_at_least = "30s"
+        ))
+        .unwrap();
+        assert_eq!(args.hold_millis, Some(30_000));
+        for (tokens, message) in [
+            (
+                quote!(key = "k", kind = "write", hold_at_least = "1s"),
+                "applies to the mutex of one `key`",
+            ),
+            (
+                quote!(keys = ["a", "b"], hold_at_least = "1s"),
+                "applies to the mutex of one `key`",
+            ),
+            (quote!(key = "k", hold_at_least = "0s"), "is zero"),
+            (
+                quote!(key = "k", hold_at_least = "forever"),
+                "cannot be \"forever\"",
+            ),
+            (
+                quote!(key = "k", hold_at_least = 30),
+                "`hold_at_least = \"30s\"`",
+            ),
+            (
+                quote!(key = "k", hold_at_least = "1s", hold_at_least = "2s"),
+                "set multiple times",
+            ),
+        ] {
+            let e = error(tokens.clone());
+            assert!(e.contains(message), "{tokens}: {e}");
         }
     }
 
@@ -444,7 +515,7 @@ mod tests {
         assert_eq!(
             error(quote!(key = "k", timeout = "5s")),
             "unknown argument `timeout`, expected one of: key, keys, with, kind, lease, wait, \
-             on_lost, crate"
+             hold_at_least, on_lost, crate"
         );
         assert_eq!(error(quote!(key = "k", forever)), error(quote!(forever)));
         assert_eq!(

@@ -1,4 +1,4 @@
-//! Durations of the `lease` and `wait` arguments, parsed at compile time with the grammar of
+//! Durations of the `lease`, `hold_at_least` and `wait` arguments, parsed at compile time with the grammar of
 //! the config file (`lock-duration`): a number (fractions allowed) and a unit `ms`, `s`, `m`,
 //! `h` or `d`, e.g. `"500ms"`, `"1.5s"`, `"7d"`. A lease must be greater than zero; a zero wait
 //! (`"0s"`) tries once and gives up at once when the lock is taken.
@@ -16,18 +16,32 @@ pub(crate) enum WaitArg {
 
 /// Parses `lease = ".."`: a duration in milliseconds.
 pub(crate) fn parse_lease(lit: &LitStr) -> syn::Result<u64> {
+    positive(
+        lit,
+        "`lease` cannot be \"forever\"; leave `lease` out to have the watchdog renew the lock",
+        "`lease` \"{}\" is zero; a lease must be greater than zero",
+    )
+}
+
+/// Parses `hold_at_least = ".."`: a duration in milliseconds.
+pub(crate) fn parse_hold(lit: &LitStr) -> syn::Result<u64> {
+    positive(
+        lit,
+        "`hold_at_least` cannot be \"forever\"; give how long the lock stays taken after its \
+         grant, e.g. \"30s\"",
+        "`hold_at_least` \"{}\" is zero; leave it out to free the lock when the body ends",
+    )
+}
+
+/// A duration greater than zero; `forever` and `zero` (`{}`: the text) are the messages for
+/// those mistakes.
+fn positive(lit: &LitStr, forever: &str, zero: &str) -> syn::Result<u64> {
     let text = lit.value();
     if text == "forever" {
-        return Err(Error::new(
-            lit.span(),
-            "`lease` cannot be \"forever\"; leave `lease` out to have the watchdog renew the lock",
-        ));
+        return Err(Error::new(lit.span(), forever));
     }
     match parse_millis(&text) {
-        Ok(0) => Err(Error::new(
-            lit.span(),
-            format!("`lease` \"{text}\" is zero; a lease must be greater than zero"),
-        )),
+        Ok(0) => Err(Error::new(lit.span(), zero.replace("{}", &text))),
         other => other.map_err(|message| Error::new(lit.span(), message)),
     }
 }

@@ -71,6 +71,7 @@ fn with_error(item: TokenStream, error: Error) -> TokenStream {
 //             locks: krate::__private::Locks::Lock(__lock_key),     // `Read` / `Write` by `kind`
 //             lease: ::core::option::Option::Some(krate::__private::Duration::from_millis(5000u64)),
 //             wait: krate::__private::Wait::For(krate::__private::Duration::from_millis(2000u64)),
+//             hold_at_least: ::core::option::Option::None,
 //             on_lost: krate::__private::OnLost::Fail,
 //             metric_label: "goods:<id>",                              // the key as written
 //         };
@@ -215,6 +216,13 @@ fn expand(args: TokenStream, function: &ItemFn) -> syn::Result<TokenStream> {
         }
         None => quote!(::core::option::Option::None),
     };
+    let hold_at_least = match args.hold_millis {
+        Some(millis) => {
+            let millis = Literal::u64_suffixed(millis);
+            quote!(::core::option::Option::Some(#private::Duration::from_millis(#millis)))
+        }
+        None => quote!(::core::option::Option::None),
+    };
     let wait = match args.wait {
         None => quote!(#private::Wait::Default),
         Some(WaitArg::Forever) => quote!(#private::Wait::Forever),
@@ -322,6 +330,7 @@ fn expand(args: TokenStream, function: &ItemFn) -> syn::Result<TokenStream> {
             locks: #locks,
             lease: #lease,
             wait: #wait,
+            hold_at_least: #hold_at_least,
             on_lost: #on_lost,
             metric_label: #metric_label,
         };

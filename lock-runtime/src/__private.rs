@@ -43,6 +43,8 @@ pub struct LockSpec {
     pub locks: Locks,
     pub lease: Option<Duration>,
     pub wait: Wait,
+    /// `hold_at_least = ".."` (the mutex of one key only).
+    pub hold_at_least: Option<Duration>,
     pub on_lost: OnLost,
     /// The key template as written (`"goods:<id>"`; `keys = [..]`: the templates joined with
     /// `,`): the lock's bounded name in metrics and events.
@@ -96,6 +98,9 @@ async fn locked<T, E>(
             let mut request = service.lock(key).wait_at_most(wait).metric_label(label);
             if let Some(lease) = lease {
                 request = request.lease(lease);
+            }
+            if let Some(min) = spec.hold_at_least {
+                request = request.hold_at_least(min);
             }
             let guard = request.await?;
             context::run_body(vec![guard.core], on_lost, body).await

@@ -144,6 +144,8 @@
 //! name (the attribute's key template, or a request's
 //! [`metric_label`](LockRequest::metric_label)); `tracing` logs each grant at `DEBUG` and
 //! renewal failures, losses and force-unlocks at `WARN` / `ERROR` (see [`events`]).
+//! [`LockService::nodes`] lists the Redis servers in use with their roles and health
+//! ([`RedisNodes`]), for an operator's console.
 //!
 //! # Topologies
 //!
@@ -195,6 +197,7 @@ pub mod metrics;
 #[cfg(any(feature = "tower", feature = "actix-web"))]
 #[cfg_attr(docsrs, doc(cfg(any(feature = "tower", feature = "actix-web"))))]
 pub mod middleware;
+mod nodes;
 pub mod owner;
 mod registry;
 mod scripts;
@@ -208,11 +211,12 @@ pub use config::{DefaultWait, LockConfig, TlsConfig, Topology};
 pub use context::{Held, current_fence, current_lock_key};
 pub use error::{ErrorKind, LockError};
 pub use events::LockEvent;
-pub use inspect::{Holder, LockInfo};
+pub use inspect::{Holder, JournalEntry, JournalKind, Kept, LockInfo, ServiceWaiters};
 pub use kinds::multi::{MultiGuard, MultiRequest};
 pub use kinds::mutex::{LockGuard, LockRequest};
 pub use kinds::rw::{ReadGuard, ReadRequest, RwRequest, WriteGuard, WriteRequest};
 pub use kinds::semaphore::{Permit, PermitRequest, Semaphore};
+pub use nodes::{NodeRole, NodeStatus, RedisNodes};
 pub use owner::OwnerId;
 pub use registry::{
     CONFIG_ENV, DEFAULT_CONFIG_FILE, global, init, init_from_env, init_from_file, shutdown,

@@ -6,7 +6,7 @@ use std::time::Duration;
 
 use crate::backend::Backend;
 use crate::config::LockConfig;
-use crate::engine::{Engine, notify, owner_field, watchdog};
+use crate::engine::{Engine, notify, presence, watchdog};
 use crate::error::LockError;
 use crate::events::LockEvent;
 use crate::inspect::{self, LockInfo};
@@ -15,6 +15,7 @@ use crate::kinds::mutex::{self, LockRequest};
 use crate::kinds::rw::{ReadRequest, WriteRequest};
 use crate::kinds::semaphore::Semaphore;
 use crate::kinds::{self, layout};
+use crate::nodes::RedisNodes;
 use crate::owner;
 use crate::vocab::LockKind;
 
@@ -71,6 +72,7 @@ impl LockService {
         let inner = Arc::new(Engine::new(backend, config, runtime.clone()));
         runtime.spawn(watchdog::run(Arc::downgrade(&inner), period));
         runtime.spawn(notify::run(Arc::downgrade(&inner), push_rx));
+        runtime.spawn(presence::run(Arc::downgrade(&inner)));
         Ok(LockService { inner })
     }
 
@@ -182,7 +184,8 @@ impl LockService {
         self.lock(key).wait(Duration::ZERO)
     }
 
-    /// Whether anyone holds `key`.
+    /// Whether the mutex `key` is taken: held by anyone, or kept after a release because of
+    /// its minimum hold ([`LockRequest::hold_at_least`](crate::LockRequest::hold_at_least)).
     ///
     /// # Errors
     /// [`ErrorKind::InvalidKey`](crate::ErrorKind::InvalidKey) or [`ErrorKind::Backend`](crate::ErrorKind::Backend).
@@ -196,7 +199,8 @@ impl LockService {
     /// # Ok(()) }
     /// ```
     pub async fn is_locked(&self, key: &str) -> Result<bool, LockError> {
-        Ok(self.inspect(key).await?.holder.is_some())
+        let info = self.inspect(key).await?;
+        Ok(info.holder.is_some() || info.kept.is_some())
     }
 
     /// Removes the lock `key` whoever holds it, and wakes its waiters. Returns whether a lock
@@ -276,7 +280,7 @@ impl LockService {
             return Ok(false);
         };
         let holder = self.inspect(key).await?.holder;
-        Ok(holder.as_deref() == Some(&*owner_field(&owner)))
+        Ok(holder.as_deref() == Some(&*self.inner.owner_field(&owner)))
     }
 
     /// The configuration the service runs with.
@@ -320,8 +324,29 @@ impl LockService {
 }
 
 /// Operators' methods: what is held, by whom, and breaking a lock whoever holds it (see
-/// [`inspect`](crate::inspect)).
+/// [`inspect`](crate::inspect)); the Redis servers and their health ([`nodes`](Self::nodes)).
 impl LockService {
+    /// The latest `limit` entries of the journal, newest first: the force-unlocks and the holds
+    /// lost while held that any service of this prefix recorded (about the last 500; the
+    /// journal, one Redis stream `<prefix>journal`, expires a week after its last entry).
+    /// A hold released or run out is not journaled (it happens all the time); `lockctl` tells
+    /// those apart by watching.
+    ///
+    /// # Errors
+    /// [`ErrorKind::Backend`](crate::ErrorKind::Backend) when Redis failed or did not answer
+    /// within `response_timeout`.
+    ///
+    /// ```no_run
+    /// # async fn demo(locks: lock_runtime::LockService) -> Result<(), lock_runtime::LockError> {
+    /// for entry in locks.journal(10).await? {
+    ///     println!("{} {} by {:?}", entry.what, entry.key, entry.instance_name);
+    /// }
+    /// # Ok(()) }
+    /// ```
+    pub async fn journal(&self, limit: usize) -> Result<Vec<crate::JournalEntry>, LockError> {
+        presence::journal(&self.inner, limit).await
+    }
+
     /// The locks of every kind held now under this service's prefix whose key matches the glob
     /// `pattern` (`*` any text, `?` one character, `[abc]` one of; `None`: all), sorted by key
     /// and kind, each as [`inspect_kind`](Self::inspect_kind) gives it.
@@ -329,7 +354,8 @@ impl LockService {
     /// The keys are found with `SCAN` (never `KEYS`, which blocks Redis) on the master, and on
     /// every master of a cluster, then inspected one by one: a lock taken or released meanwhile
     /// may be missing or shown as it was a moment ago. Auxiliary keys (fence counters, waiting
-    /// sets, turn markers) are skipped, and so are locks whose holds all ran out.
+    /// sets, turn markers) are skipped, and so are locks whose holds all ran out; a mutex kept
+    /// after its release for its minimum hold is listed, with [`LockInfo::kept`] set.
     ///
     /// # Errors
     /// [`ErrorKind::Backend`](crate::ErrorKind::Backend) when Redis failed or did not answer within `response_timeout`.
@@ -363,6 +389,45 @@ impl LockService {
         key: &str,
     ) -> Result<Option<LockInfo>, LockError> {
         inspect::force_unlock(&self.inner, layout(kind), key).await
+    }
+
+    /// The Redis servers this service uses, each with its role and whether it answers now: the
+    /// topology for an operator's console.
+    ///
+    /// | mode | nodes |
+    /// |---|---|
+    /// | `single` | the server (a master, or a replica if the URL names one: then it is unhealthy, locks cannot be written there), and the replicas its `ROLE` reply lists as linked |
+    /// | `master-slave` | the master, then each configured replica, asked on a connection of its own (its link to the master, and how many bytes it is behind) |
+    /// | `sentinel` | the master the sentinels name now and the replicas its `ROLE` reply lists, then each configured sentinel (`PING` on a connection of its own) |
+    /// | `cluster` | every node `CLUSTER NODES` lists (asked of every node at once; the first answer is used), with the flags `fail`, `fail?` (`pfail`), `handshake`, `noaddr` and a disconnected cluster link |
+    ///
+    /// Every probe, connecting included, ends after `response_timeout`, and they all run at
+    /// once, so a call takes about one `response_timeout` at most. A server that does not answer
+    /// is listed as unhealthy with the reason in [`NodeStatus::detail`](crate::NodeStatus::detail)
+    /// (`"not reachable: ..."`); a replica that is not linked to its master any more is
+    /// not listed by its master (single and sentinel mode) until it is back. See
+    /// [`NodeStatus`](crate::NodeStatus) for what healthy means.
+    ///
+    /// # Errors
+    /// [`ErrorKind::Backend`](crate::ErrorKind::Backend) only when no server answered at all
+    /// (the message names each one with its reason): the server of single mode, neither the
+    /// master nor a replica of master-slave mode, neither the master nor a sentinel of sentinel
+    /// mode, no node of a cluster.
+    ///
+    /// ```no_run
+    /// # async fn demo(locks: lock_runtime::LockService) -> Result<(), lock_runtime::LockError> {
+    /// let topology = locks.nodes().await?;
+    /// println!("redis ({})", topology.mode);
+    /// for node in &topology.nodes {
+    ///     let state = if node.healthy { "ok" } else { "DOWN" };
+    ///     let latency = node.latency.map(|l| format!("{l:?}")).unwrap_or_default();
+    ///     let detail = node.detail.as_deref().unwrap_or("");
+    ///     println!("  {:<8} {:<22} {state:<4} {latency:>10} {detail}", node.role, node.address);
+    /// }
+    /// # Ok(()) }
+    /// ```
+    pub async fn nodes(&self) -> Result<RedisNodes, LockError> {
+        self.inner.backend.nodes(&self.inner.config).await
     }
 
     /// The Redis key of the lock `key` of `kind` under this service's prefix, e.g.

@@ -39,6 +39,7 @@ fn body_runs_inside_run_locked_after_the_key_is_built() {
                 wait: ::lock_runtime::__private::Wait::For(
                     ::lock_runtime::__private::Duration::from_millis(2000u64)
                 ),
+                hold_at_least: ::core::option::Option::None,
                 on_lost: ::lock_runtime::__private::OnLost::Fail,
                 metric_label: "goods:<id>",
             };

@@ -7,11 +7,14 @@
 //! | sentinel | the same, to the master the sentinels name; re-resolved on failover |
 //! | cluster | the cluster client: slot routing, topology refresh, sharded pub/sub |
 //!
+//! `nodes.rs` asks every server of the topology for its role and health, for operators.
+//!
 //! Every operation carries our own timeout (`redis.response_timeout`), because the clients'
 //! reconnect logic can otherwise make a call wait out a whole retry budget.
 
 mod cluster;
 mod manager;
+mod nodes;
 mod probe;
 mod sentinel;
 mod single;
@@ -142,6 +145,34 @@ impl Backend {
                 let result = self
                     .timed(what, invoke(&mut master.commands.clone(), call))
                     .await;
+                s.check(&result);
+                result
+            }
+        }
+    }
+
+    /// Runs one plain command (not a lock operation: the services' reports and the journal,
+    /// see `engine::presence`), on the master, or in a cluster on the master of its key's slot.
+    pub(crate) async fn command<T: FromRedisValue>(
+        &self,
+        what: &'static str,
+        cmd: &redis::Cmd,
+    ) -> Result<T, LockError> {
+        match &self.conn {
+            Conn::Single(s) => {
+                let mut con = s.commands.clone();
+                self.timed(what, cmd.query_async(&mut con)).await
+            }
+            Conn::Cluster(c) => {
+                let attempt = || {
+                    let mut con = c.commands.clone();
+                    async move { cmd.query_async(&mut con).await }
+                };
+                self.timed(what, not_run_retried(attempt)).await
+            }
+            Conn::Sentinel(s) => {
+                let mut con = s.current().commands.clone();
+                let result = self.timed(what, cmd.query_async(&mut con)).await;
                 s.check(&result);
                 result
             }

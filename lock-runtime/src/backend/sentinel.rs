@@ -143,8 +143,13 @@ impl Sentinel {
     /// After a failed operation, look for a new master at once.
     pub(super) fn check<T>(&self, result: &Result<T, LockError>) {
         if result.is_err() {
-            self.shared.poke.notify_one();
+            self.poke();
         }
+    }
+
+    /// Asks the sentinels for the master at once, instead of at the next poll.
+    pub(super) fn poke(&self) {
+        self.shared.poke.notify_one();
     }
 
     pub(super) async fn subscribe(&self, channel: &str) -> redis::RedisResult<()> {
@@ -168,6 +173,11 @@ impl Sentinel {
 }
 
 impl Master {
+    /// `host:port` as the sentinels name it.
+    pub(super) fn addr(&self) -> &str {
+        &self.addr
+    }
+
     async fn connect(
         addr: String,
         config: &LockConfig,

@@ -49,6 +49,7 @@ struct RawTls {
 #[serde(deny_unknown_fields)]
 struct RawLock {
     prefix: Option<String>,
+    instance_name: Option<String>,
     watchdog_timeout: Option<ConfigDuration>,
     default_wait: Option<ConfigWait>,
     fence_idle_ttl: Option<ConfigTtl>,
@@ -222,7 +223,7 @@ impl<'de> Deserialize<'de> for LockConfig {
 
 /// The environment variables that replace a value of the configuration (12-factor
 /// deployments: one file, an address per environment), with the field each replaces.
-pub(crate) const ENV_OVERRIDES: [(&str, &str); 8] = [
+pub(crate) const ENV_OVERRIDES: [(&str, &str); 9] = [
     ("LOCK_REDIS_MODE", "redis.mode"),
     ("LOCK_REDIS_URL", "redis.url"),
     ("LOCK_REDIS_NODES", "redis.nodes"),
@@ -231,6 +232,7 @@ pub(crate) const ENV_OVERRIDES: [(&str, &str); 8] = [
     ("LOCK_REDIS_MASTER", "redis.master"),
     ("LOCK_REDIS_REPLICAS", "redis.replicas"),
     ("LOCK_PREFIX", "lock.prefix"),
+    ("LOCK_INSTANCE_NAME", "lock.instance_name"),
 ];
 
 /// [`LockConfig::from_env`]: the tables empty, every value from the environment.
@@ -282,6 +284,7 @@ fn build(mut raw: RawFile, origin: &str, source: Option<PathBuf>) -> Result<Lock
         r.master = env("LOCK_REDIS_MASTER").or(r.master.take());
         r.replicas = env_list("LOCK_REDIS_REPLICAS").or(r.replicas.take());
         raw.lock.prefix = env("LOCK_PREFIX").or(raw.lock.prefix.take());
+        raw.lock.instance_name = env("LOCK_INSTANCE_NAME").or(raw.lock.instance_name.take());
     }
     // a value that came from the environment is named by its variable too
     let fail = |field: &str, what: String| {
@@ -428,6 +431,9 @@ fn build(mut raw: RawFile, origin: &str, source: Option<PathBuf>) -> Result<Lock
     }
     if let Some(prefix) = raw.lock.prefix {
         config.prefix = prefix;
+    }
+    if let Some(name) = raw.lock.instance_name {
+        config.instance_name = Some(name);
     }
     if let Some(d) = raw.lock.watchdog_timeout {
         config.watchdog_timeout = d.0;

@@ -23,6 +23,7 @@
 //!
 //! [lock]
 //! prefix = "lock:"          # prepended to every key
+//! # instance_name = "shop-7f9c"  # names this service to operators (default: hostname:pid)
 //! watchdog_timeout = "30s"  # lease of locks taken without one; renewed every third of it
 //! default_wait = "3s"       # how long annotated fns wait; "forever" to wait without limit
 //! # fence_idle_ttl = "5m"   # accepted (range-checked) and no longer used: fencing counters
@@ -62,6 +63,7 @@
 //! | `LOCK_REDIS_MASTER_NAME`, `LOCK_REDIS_SENTINELS` | `redis.master_name`, `redis.sentinels` (sentinel) |
 //! | `LOCK_REDIS_MASTER`, `LOCK_REDIS_REPLICAS` | `redis.master`, `redis.replicas` (master-slave) |
 //! | `LOCK_PREFIX` | `lock.prefix` |
+//! | `LOCK_INSTANCE_NAME` | `lock.instance_name` |
 //!
 //! A variable of another mode than the one in effect is a `Config` error naming it, as a field
 //! of another mode is. The credentials work the other way round: `LOCK_REDIS_USERNAME` and
@@ -289,6 +291,7 @@ pub struct LockConfig {
     sync_replicas: u32,
     sync_timeout: Duration,
     prefix: String,
+    instance_name: Option<String>,
     watchdog_timeout: Duration,
     default_wait: DefaultWait,
     fence_idle_ttl: Option<Duration>,
@@ -338,6 +341,7 @@ impl std::fmt::Debug for LockConfig {
             .field("sync_replicas", &self.sync_replicas)
             .field("sync_timeout", &self.sync_timeout)
             .field("prefix", &self.prefix)
+            .field("instance_name", &self.instance_name)
             .field("watchdog_timeout", &self.watchdog_timeout)
             .field("default_wait", &self.default_wait)
             .field("fence_idle_ttl", &self.fence_idle_ttl)
@@ -422,6 +426,7 @@ impl LockConfig {
             sync_replicas: 0,
             sync_timeout: DEFAULT_SYNC_TIMEOUT,
             prefix: DEFAULT_PREFIX.to_owned(),
+            instance_name: None,
             watchdog_timeout: DEFAULT_WATCHDOG_TIMEOUT,
             default_wait: DefaultWait::For(DEFAULT_WAIT),
             fence_idle_ttl: Some(DEFAULT_FENCE_IDLE_TTL),
@@ -502,6 +507,22 @@ impl LockConfig {
     /// ```
     pub fn with_prefix(mut self, prefix: impl Into<String>) -> Self {
         self.prefix = prefix.into();
+        self
+    }
+
+    /// Names this service to operators: `inspect`, `lockctl` and its console show it beside
+    /// every hold and waiter of the service (default: `hostname:pid`). Stored with every grant,
+    /// so keep it short; 1 to 64 characters, no whitespace, control characters or `~`, and not
+    /// starting with `mesh:` or `done:`. It names, it does not identify: two services may share
+    /// one (each grant still carries the service's random id).
+    ///
+    /// ```
+    /// let config = lock_runtime::LockConfig::single("redis://127.0.0.1:6379")
+    ///     .with_instance_name("shop-7f9c");
+    /// assert_eq!(config.instance_name(), "shop-7f9c");
+    /// ```
+    pub fn with_instance_name(mut self, name: impl Into<String>) -> Self {
+        self.instance_name = Some(name.into());
         self
     }
 
@@ -676,6 +697,13 @@ impl LockConfig {
     pub fn prefix(&self) -> &str {
         &self.prefix
     }
+    /// The name this service shows to operators: the one set, else `hostname:pid`.
+    pub fn instance_name(&self) -> String {
+        match &self.instance_name {
+            Some(name) => name.clone(),
+            None => default_instance_name(),
+        }
+    }
     /// The lease of locks taken without one.
     pub fn watchdog_timeout(&self) -> Duration {
         self.watchdog_timeout
@@ -711,4 +739,26 @@ pub(crate) fn is_tls_url(url: &str) -> bool {
     url.trim_start()
         .get(..9)
         .is_some_and(|scheme| scheme.eq_ignore_ascii_case("rediss://"))
+}
+
+/// `hostname:pid`: the host's name as the kernel (or `$HOSTNAME` / `$COMPUTERNAME`) gives it,
+/// cut to what an instance name may hold.
+fn default_instance_name() -> String {
+    let host = std::fs::read_to_string("/proc/sys/kernel/hostname")
+        .ok()
+        .or_else(|| std::env::var("HOSTNAME").ok())
+        .or_else(|| std::env::var("COMPUTERNAME").ok())
+        .unwrap_or_default();
+    let host: String = host
+        .trim()
+        .chars()
+        .filter(|c| !c.is_whitespace() && !c.is_control() && *c != '~')
+        .take(48)
+        .collect();
+    let host = if host.is_empty() {
+        "host".to_owned()
+    } else {
+        host
+    };
+    format!("{host}:{}", std::process::id())
 }

@@ -76,6 +76,11 @@ impl LockConfig {
                 self.prefix
             )));
         }
+        if let Some(name) = &self.instance_name {
+            check_instance_name(name).map_err(|why| {
+                LockError::config(format!("{origin}: `lock.instance_name` = {name:?} {why}"))
+            })?;
+        }
         for (field, value) in [
             ("redis.connect_timeout", self.connect_timeout),
             ("redis.response_timeout", self.response_timeout),
@@ -192,4 +197,21 @@ impl LockConfig {
         }
         Ok(())
     }
+}
+
+/// Why `name` cannot name a service instance (see [`LockConfig::with_instance_name`]).
+fn check_instance_name(name: &str) -> Result<(), &'static str> {
+    if name.is_empty() || name.chars().count() > 64 {
+        return Err("must be 1 to 64 characters long");
+    }
+    if name
+        .chars()
+        .any(|c| c.is_whitespace() || c.is_control() || c == '~')
+    {
+        return Err("must not contain whitespace, control characters or `~`");
+    }
+    if name.starts_with("mesh:") || name.starts_with("done:") {
+        return Err("must not start with `mesh:` or `done:` (they mark owners on Redis)");
+    }
+    Ok(())
 }

@@ -11,7 +11,7 @@ use tokio_util::sync::CancellationToken;
 use tracing::Instrument;
 
 use super::batcher::Op;
-use super::core::{Engine, owner_field, replica_sync_error};
+use super::core::{Engine, replica_sync_error};
 use super::guard::Guard;
 use super::ids::{GrantId, OwnerField, new_grant_id};
 use super::line::Turn;
@@ -113,7 +113,7 @@ impl Engine {
         if self.is_closing() {
             return Err(Self::closing_error(kind, names));
         }
-        let field = owner_field(&owner);
+        let field = self.owner_field(&owner);
         let lease_ms = Self::millis(lease.unwrap_or(self.config.watchdog_timeout()));
         let watched = lease.is_none();
         let guard = |inner: &Arc<Self>, token, grant: &GrantId, cell| {

@@ -5,7 +5,7 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use super::batcher::Op;
-use super::core::{Engine, owner_field};
+use super::core::Engine;
 use super::guard::Guard;
 use super::ids::{GrantId, OwnerField, new_grant_id};
 use super::reply::{Ask, Attempt, parse_attempt};
@@ -36,7 +36,7 @@ impl Engine {
         let items: Vec<(Target, OwnerId, OwnerField, GrantId)> = wanted
             .into_iter()
             .map(|(target, owner)| {
-                let field = owner_field(&owner);
+                let field = self.owner_field(&owner);
                 (target, owner, field, new_grant_id())
             })
             .collect();

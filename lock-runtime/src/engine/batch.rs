@@ -158,11 +158,21 @@ impl Engine {
                     .arg(ask.horizon_arg())
                     .arg(&*target.extra),
                 Op::Release {
-                    owner, grant, next, ..
+                    owner,
+                    grant,
+                    next,
+                    keep_until,
+                    ..
                 } => {
+                    // with no next owner, the lease argument is how long to keep the lock
+                    // taken (0: free it)
+                    let keep = keep_until.map_or(0, |until| {
+                        let left = until.saturating_duration_since(std::time::Instant::now());
+                        u64::try_from(left.as_millis()).unwrap_or(u64::MAX)
+                    });
                     let (next_owner, next_grant, next_lease) = next
                         .as_ref()
-                        .map_or(("", "", 0), |(o, g, lease)| (&**o, &**g, *lease));
+                        .map_or(("", "", keep), |(o, g, lease)| (&**o, &**g, *lease));
                     call.arg("r")
                         .arg(&**owner)
                         .arg(&**grant)

@@ -25,8 +25,12 @@ pub(crate) struct Engine {
     ops_scripts: [OnceLock<redis::Script>; MAX_KINDS],
     pub(crate) local: Local,
     pub(crate) config: LockConfig,
-    /// Identifies this service among the services waiting for a lock (fair turns between them).
+    /// Identifies this service among the services waiting for a lock (fair turns between them):
+    /// `<instance name>~<random id>`, so that operators see whose it is.
     pub(crate) service_id: String,
+    /// What precedes `:<owner>` in the owner fields of this service's holds:
+    /// `<instance name>~<random id of the process>`.
+    field_prefix: String,
     /// Channels the shared subscriber listens on; the async mutex orders (un)subscriptions.
     pub(crate) subscriptions: tokio::sync::Mutex<HashSet<String>>,
     /// A resubscription after a disconnection is under way (see `notify`).
@@ -40,16 +44,6 @@ pub(crate) struct Engine {
     pub(crate) closing: tokio_util::sync::CancellationToken,
 }
 
-/// The owner as stored on Redis: prefixed with this process's instance id, or with `mesh` for
-/// owners that are the same in every process.
-pub(crate) fn owner_field(owner: &OwnerId) -> OwnerField {
-    if owner.is_across_processes() {
-        format!("mesh:{owner}").into()
-    } else {
-        format!("{}:{owner}", process_instance()).into()
-    }
-}
-
 impl Engine {
     /// A service's core; its background tasks are started by the caller.
     pub(crate) fn new(
@@ -57,18 +51,31 @@ impl Engine {
         config: LockConfig,
         runtime: tokio::runtime::Handle,
     ) -> Engine {
+        let name = config.instance_name();
         Engine {
             ops_scripts: Default::default(),
             backend,
             local: Local::default(),
+            service_id: format!("{name}~{}", uuid::Uuid::new_v4().simple()),
+            field_prefix: format!("{name}~{}", process_instance()),
             config,
-            service_id: uuid::Uuid::new_v4().simple().to_string(),
             subscriptions: tokio::sync::Mutex::new(HashSet::new()),
             resubscribing: Default::default(),
             runtime,
             batcher: Default::default(),
             events: Default::default(),
             closing: Default::default(),
+        }
+    }
+
+    /// The owner as stored on Redis: `<instance name>~<process id>:<owner>`, or
+    /// `mesh:<owner>` for owners that are the same in every process (see
+    /// `inspect::split_owner_field`).
+    pub(crate) fn owner_field(&self, owner: &OwnerId) -> OwnerField {
+        if owner.is_across_processes() {
+            format!("mesh:{owner}").into()
+        } else {
+            format!("{}:{owner}", self.field_prefix).into()
         }
     }
 

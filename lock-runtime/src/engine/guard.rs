@@ -51,6 +51,9 @@ pub(crate) struct Guard {
     /// Where the plain lock call that returned this guard was made (`None` for a locked
     /// body's guard): another call from there must not wait for this guard.
     site: Option<Arc<Site>>,
+    /// The minimum hold: a release that frees the lock before then keeps it taken (by
+    /// nobody) until then; the mutex only.
+    keep_until: Option<Instant>,
 }
 
 impl Guard {
@@ -90,7 +93,15 @@ impl Guard {
             entry: None,
             first,
             site: None,
+            keep_until: None,
         }
+    }
+
+    /// A release that frees the lock before `min` has passed since the grant keeps it taken
+    /// until then (see `LockRequest::hold_at_least`). Counted from when the grant's reply
+    /// arrived, so the lock is kept at least `min` after the grant.
+    pub(crate) fn hold_at_least(&mut self, min: Duration) {
+        self.keep_until = self.acquired.checked_add(min);
     }
 
     /// Keeps `site`, where the lock call that got this guard was made, for as long as the guard
@@ -197,6 +208,7 @@ impl Guard {
             self.field.clone(),
             self.grant.clone(),
             self.watched(),
+            self.keep_until,
         );
         let outcome = task.instrument(span).await;
         match outcome {
@@ -335,6 +347,7 @@ impl Drop for Guard {
             self.field.clone(),
             self.grant.clone(),
             self.watched(),
+            self.keep_until,
         ));
     }
 }

@@ -260,6 +260,15 @@ impl Local {
         self.lock().get(key).map_or(0, |s| s.waiters.len())
     }
 
+    /// Every lock key with callers of this service waiting for it, and how many.
+    pub(crate) fn waiting_lines(&self) -> Vec<(LockKey, usize)> {
+        self.lock()
+            .iter()
+            .filter(|(_, s)| !s.waiters.is_empty())
+            .map(|(key, s)| (key.clone(), s.waiters.len()))
+            .collect()
+    }
+
     /// How many callers of this service wait in line for a hold of `kind` of `key`.
     pub(crate) fn waiters_of(&self, key: &str, kind: &Kind) -> usize {
         self.lock()

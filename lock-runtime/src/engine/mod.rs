@@ -22,6 +22,7 @@ mod line;
 pub(crate) mod local;
 pub(crate) mod names;
 pub(crate) mod notify;
+pub(crate) mod presence;
 mod release;
 pub(crate) mod reply;
 pub(crate) mod shutdown;
@@ -29,7 +30,7 @@ mod target;
 pub(crate) mod watchdog;
 
 pub(crate) use self::batcher::MAX_OPS;
-pub(crate) use self::core::{Engine, owner_field};
+pub(crate) use self::core::Engine;
 pub(crate) use guard::Guard;
 pub(crate) use kind::Kind;
 #[cfg(test)]

@@ -21,16 +21,18 @@ type Detached<T> = Pin<Box<dyn Future<Output = T> + Send>>;
 impl Engine {
     /// Releases one guard of grant `grant` in the background: drops the guard's bookkeeping
     /// now, then (for a grant's last guard) runs `release.lua`, handing the lock to a parked
-    /// waiter of this service when it can.
+    /// waiter of this service when it can. With `keep_until`, a mutex freed by this release
+    /// stays taken (by nobody) until then: a minimum hold (see `LockRequest::hold_at_least`).
     pub(crate) fn release_detached(
         self: &Arc<Self>,
         target: Target,
         field: OwnerField,
         grant: GrantId,
         watched: bool,
+        keep_until: Option<Instant>,
     ) -> tokio::task::JoinHandle<Result<Released, LockError>> {
         self.runtime
-            .spawn(self.release_call(target, field, grant, Some(watched), true))
+            .spawn(self.release_call(target, field, grant, Some(watched), true, keep_until))
     }
 
     /// Like [`release_detached`](Self::release_detached), but runs inline for a caller that
@@ -41,10 +43,11 @@ impl Engine {
         field: OwnerField,
         grant: GrantId,
         watched: bool,
+        keep_until: Option<Instant>,
     ) -> Detachable<Result<Released, LockError>> {
         Detachable::new(
             &self.runtime,
-            self.release_call(target, field, grant, Some(watched), true),
+            self.release_call(target, field, grant, Some(watched), true, keep_until),
             drop,
         )
     }
@@ -54,7 +57,7 @@ impl Engine {
     /// a grant id that was never granted changes nothing; a call that fails is repeated until
     /// Redis answers (see [`repeat_release`](Self::repeat_release)).
     pub(crate) fn give_back(self: &Arc<Self>, target: Target, field: OwnerField, grant: GrantId) {
-        let call = self.release_call(target, field, grant, None, true);
+        let call = self.release_call(target, field, grant, None, true, None);
         self.runtime.spawn(call);
     }
 
@@ -66,8 +69,12 @@ impl Engine {
         grant: GrantId,
         guard: Option<bool>,
         hand_off: bool,
+        keep_until: Option<Instant>,
     ) -> Detached<Result<Released, LockError>> {
-        let hand_off = hand_off && target.kind.hand_off;
+        // a lock kept after its release is handed to nobody: the next waiter of this service
+        // waits for the minimum hold to end like everybody else
+        let keep_until = keep_until.filter(|t| *t > Instant::now());
+        let hand_off = hand_off && target.kind.hand_off && keep_until.is_none();
         match self
             .local
             .begin_release(&target.names.lock, &grant, guard, hand_off)
@@ -77,7 +84,7 @@ impl Engine {
             ReleasePlan::Redis(reservation) => {
                 Box::pin(
                     self.clone()
-                        .finish_release(target, field, grant, reservation),
+                        .finish_release(target, field, grant, reservation, keep_until),
                 )
             }
         }
@@ -89,6 +96,7 @@ impl Engine {
         field: OwnerField,
         grant: GrantId,
         reservation: Option<Reservation>,
+        keep_until: Option<Instant>,
     ) -> Result<Released, LockError> {
         let names = &target.names;
         let op = Op::Release {
@@ -98,6 +106,7 @@ impl Engine {
             next: reservation
                 .as_ref()
                 .map(|r| (r.owner.clone(), r.grant.clone(), r.lease_ms)),
+            keep_until,
         };
         let reply = match self.run_op(op).await {
             Ok(synced) => match parse_released(&synced.reply, names) {
@@ -139,15 +148,26 @@ impl Engine {
             // The release may not have run: repeat it (without a hand-off) until Redis answers,
             // so the lock is not left held for its whole lease.
             tracing::debug!(key = %names.user, error = %e, "release failed; repeating it in the background");
-            self.runtime
-                .spawn(self.clone().repeat_release(target.clone(), field, grant));
+            self.runtime.spawn(self.clone().repeat_release(
+                target.clone(),
+                field,
+                grant,
+                keep_until,
+            ));
         }
         reply
     }
 
     /// Repeats the release of `grant` until Redis answers, for at most a minute or the
     /// watchdog timeout, whichever is longer (a grant with a longer fixed lease is left to it).
-    async fn repeat_release(self: Arc<Self>, target: Target, field: OwnerField, grant: GrantId) {
+    /// A minimum hold still keeps the lock until `keep_until`.
+    async fn repeat_release(
+        self: Arc<Self>,
+        target: Target,
+        field: OwnerField,
+        grant: GrantId,
+        keep_until: Option<Instant>,
+    ) {
         let names = &target.names;
         let started = Instant::now();
         let give_up = self.config.watchdog_timeout().max(Duration::from_secs(60));
@@ -160,6 +180,7 @@ impl Engine {
                 owner: field.clone(),
                 grant: grant.clone(),
                 next: None,
+                keep_until,
             };
             match self.run_op(op).await {
                 Ok(_) => {
@@ -177,7 +198,7 @@ impl Engine {
     fn give_back_plain(self: &Arc<Self>, target: Target, field: OwnerField, grant: GrantId) {
         drop(
             self.runtime
-                .spawn(self.release_call(target, field, grant, None, false)),
+                .spawn(self.release_call(target, field, grant, None, false, None)),
         );
     }
 }

@@ -88,6 +88,7 @@ impl Engine {
                     owner: e.owner,
                     grant: e.grant,
                     next: None,
+                    keep_until: None,
                 });
         }
         let mut calls = tokio::task::JoinSet::new();

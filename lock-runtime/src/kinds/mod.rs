@@ -14,7 +14,7 @@ pub(crate) mod semaphore;
 use std::sync::Arc;
 use std::time::Duration;
 
-use crate::engine::{Engine, Guard, KeyNames, Kind, Target, owner_field};
+use crate::engine::{Engine, Guard, KeyNames, Kind, Target};
 use crate::error::{ErrorKind, LockError};
 use crate::inspect::Layout;
 use crate::metrics::{self, Outcome};
@@ -109,7 +109,7 @@ impl Acquiring {
         let held = self
             .inner
             .local
-            .holds_any(&target.names.lock, &owner_field(owner));
+            .holds_any(&target.names.lock, &self.inner.owner_field(owner));
         (!held).then(|| (target.clone(), owner.clone()))
     }
 

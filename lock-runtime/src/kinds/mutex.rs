@@ -15,11 +15,11 @@ use redis::Script;
 use super::{Acquiring, KindEntry};
 use crate::context::{self, Held, OnLost};
 use crate::engine::{Engine, Guard, Kind};
-use crate::error::LockError;
-use crate::inspect::{Holder, Layout, LocalGuards, LockInfo, RawState};
+use crate::error::{ErrorKind, LockError};
+use crate::inspect::{Holder, Kept, Layout, LocalGuards, LockInfo, RawState};
 use crate::owner::OwnerId;
 use crate::scripts;
-use crate::vocab::{HoldMode, LockKind};
+use crate::vocab::{HoldMode, LockKind, MAX_LEASE_MS};
 
 /// Renews or extends mutex holds by grant id.
 pub(crate) static RENEW: LazyLock<Script> =
@@ -76,7 +76,17 @@ fn decode(info: &mut LockInfo, state: &RawState, local: LocalGuards<'_>) {
     let Some((kind, token, ids, owner)) = state.value.as_deref().and_then(parts) else {
         return;
     };
-    if kind == b'T' || ids.is_empty() {
+    if kind == b'T' {
+        // a turn reserved for a service, or a finished hold kept for its minimum hold
+        if let (Some(done), Some(left)) = (owner.strip_prefix("done:"), state.pttl()) {
+            let mut holder = Holder::new(done, HoldMode::Exclusive);
+            holder.hold_count = 0;
+            holder.granted_by_token(token, state);
+            info.kept = Some(Kept { holder, left });
+        }
+        return;
+    }
+    if ids.is_empty() {
         return;
     }
     info.fence = Some(token);
@@ -86,6 +96,7 @@ fn decode(info: &mut LockInfo, state: &RawState, local: LocalGuards<'_>) {
         holder.hold_count += guards.saturating_sub(1);
     }
     holder.lease_left = state.pttl();
+    holder.granted_by_token(token, state);
     info.holders.push(holder);
 }
 
@@ -115,6 +126,7 @@ pub struct LockRequest<'a> {
     wait: Option<Duration>,
     owner: Option<OwnerId>,
     metric_label: &'static str,
+    hold_at_least: Option<Duration>,
 }
 
 impl<'a> LockRequest<'a> {
@@ -122,6 +134,7 @@ impl<'a> LockRequest<'a> {
         LockRequest {
             engine,
             key,
+            hold_at_least: None,
             lease: None,
             wait: None,
             owner: None,
@@ -222,6 +235,44 @@ impl<'a> LockRequest<'a> {
         self.owner = Some(owner);
         self
     }
+
+    /// A minimum hold, for jobs that must run once per schedule: a release (or drop) that frees
+    /// the lock before `min` has passed since it was granted keeps it taken, by nobody, until
+    /// then - without holding the caller, whose release returns at once. Instances whose
+    /// schedulers fire the same job a little apart (clock skew, a slow start) find it taken and
+    /// skip, even when the job itself took a millisecond. `inspect`, `lockctl` and its console
+    /// show such a lock as done and kept until its time ([`LockInfo::kept`](crate::LockInfo::kept)),
+    /// and [`force_unlock`](crate::LockService::force_unlock) removes it. From 1 ms to the
+    /// longest lease (about ten years); the lease (or the watchdog) still bounds a holder that
+    /// dies before it releases. It applies when this guard's release frees the lock (a re-entry
+    /// inside an outer hold frees nothing; the outer's release does) and is not kept across a
+    /// [`LockService::shutdown`](crate::LockService::shutdown).
+    ///
+    /// ```no_run
+    /// # async fn run_report() {}
+    /// # async fn demo(locks: lock_runtime::LockService) -> Result<(), lock_runtime::LockError> {
+    /// use std::time::Duration;
+    ///
+    /// // every instance fires this at 02:00; only the first runs it, even if it is done in 1 s
+    /// match locks
+    ///     .lock("job:nightly-report")
+    ///     .try_once()
+    ///     .hold_at_least(Duration::from_secs(30))
+    ///     .await
+    /// {
+    ///     Ok(guard) => {
+    ///         run_report().await;
+    ///         guard.release().await?; // returns now; the key stays taken for the 30 s
+    ///     }
+    ///     Err(e) if e.is_timeout() => {} // another instance runs or ran it
+    ///     Err(e) => return Err(e),
+    /// }
+    /// # Ok(()) }
+    /// ```
+    pub fn hold_at_least(mut self, min: Duration) -> Self {
+        self.hold_at_least = Some(min);
+        self
+    }
 }
 
 impl<'a> IntoFuture for LockRequest<'a> {
@@ -232,9 +283,30 @@ impl<'a> IntoFuture for LockRequest<'a> {
         let names = self.engine.names(LAYOUT.namespace, &self.key);
         let acquiring =
             Acquiring::new(self.engine, &MUTEX, names, self.owner).with_label(self.metric_label);
-        let (lease, wait) = (self.lease, self.wait);
+        let (lease, wait, min) = (self.lease, self.wait, self.hold_at_least);
+        let checked = match min {
+            Some(min)
+                if min < Duration::from_millis(1) || min.as_millis() > u128::from(MAX_LEASE_MS) =>
+            {
+                Err(LockError::new(
+                    ErrorKind::InvalidArgument,
+                    format!(
+                        "lock `{}` requested with a minimum hold of {min:?}; a minimum hold is \
+                         from 1ms to {} days",
+                        self.key,
+                        MAX_LEASE_MS / 86_400_000
+                    ),
+                )
+                .with_key(&self.key))
+            }
+            _ => Ok(()),
+        };
         Box::pin(async move {
-            let core = acquiring.run(lease, wait).await?;
+            checked?;
+            let mut core = acquiring.run(lease, wait).await?;
+            if let Some(min) = min {
+                core.hold_at_least(min);
+            }
             Ok(LockGuard { core })
         })
     }
@@ -248,6 +320,7 @@ impl fmt::Debug for LockRequest<'_> {
             .field("wait", &self.wait)
             .field("owner", &self.owner)
             .field("metric_label", &self.metric_label)
+            .field("hold_at_least", &self.hold_at_least)
             .finish()
     }
 }

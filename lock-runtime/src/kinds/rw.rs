@@ -14,7 +14,7 @@ use redis::Script;
 
 use super::{Acquiring, KindEntry};
 use crate::context::{self, Held, OnLost};
-use crate::engine::{Engine, Guard, KeyNames, Kind, owner_field};
+use crate::engine::{Engine, Guard, KeyNames, Kind};
 use crate::error::{ErrorKind, LockError};
 use crate::inspect::{Holder, Layout, LocalGuards, LockInfo, RawState};
 use crate::owner::OwnerId;
@@ -90,9 +90,10 @@ fn decode(info: &mut LockInfo, state: &RawState, local: LocalGuards<'_>) {
             holder.hold_count = local(value).unwrap_or(1).max(1);
             info.holders.push(holder);
         } else if let Some(grant) = field.strip_prefix("r:") {
-            let Some((expiry, owner)) = value
+            let Some((expiry, token, owner)) = value
                 .split_once(' ')
-                .and_then(|(expiry, rest)| Some((expiry, rest.split_once(' ')?.1)))
+                .and_then(|(expiry, rest)| Some((expiry, rest.split_once(' ')?)))
+                .map(|(expiry, (token, owner))| (expiry, token, owner))
             else {
                 continue;
             };
@@ -102,6 +103,9 @@ fn decode(info: &mut LockInfo, state: &RawState, local: LocalGuards<'_>) {
             let mut holder = Holder::new(owner, HoldMode::Read);
             holder.hold_count = local(grant).unwrap_or(1).max(1);
             holder.lease_left = Some(lease_left);
+            if let Ok(token) = token.parse() {
+                holder.granted_by_token(token, state);
+            }
             info.holders.push(holder);
         }
     }
@@ -116,6 +120,14 @@ fn decode(info: &mut LockInfo, state: &RawState, local: LocalGuards<'_>) {
     });
     if !info.holders.iter().any(|h| h.mode == HoldMode::Write) {
         info.fence = None;
+    }
+    if let Some((writer, token)) = info
+        .holders
+        .iter_mut()
+        .find(|h| h.mode == HoldMode::Write)
+        .zip(info.fence)
+    {
+        writer.granted_by_token(token, state);
     }
 }
 
@@ -275,7 +287,7 @@ impl<G: Send + 'static> RwRequest<'_, G> {
                 acquiring
                     .inner()
                     .local
-                    .held_kinds(&names.lock, &owner_field(owner))
+                    .held_kinds(&names.lock, &acquiring.inner().owner_field(owner))
                     .iter()
                     .any(|k| **k == READ)
             });
@@ -392,12 +404,21 @@ mod tests {
     fn a_read_write_lock_keeps_leases_per_hold() {
         let s = raw_state(
             &[
-                ("r:01", "1002000 78 i1:req-1#1"),
-                ("r:02", "1005000 79 i2:job#4"),
-                ("r:03", "999000 70 i3:gone#1"), // ran out, not cleaned up yet
-                ("w:i4:req-9#2", "04"),
+                (
+                    "r:01",
+                    "1002000 999000000 web-1~0123456789abcdef0123456789abcdef:req-1#1",
+                ),
+                (
+                    "r:02",
+                    "1005000 79 web-2~0123456789abcdef0123456789abcdef:job#4",
+                ),
+                (
+                    "r:03",
+                    "999000 70 web-3~0123456789abcdef0123456789abcdef:gone#1",
+                ), // ran out, not cleaned up yet
+                ("w:web-4~0123456789abcdef0123456789abcdef:req-9#2", "04"),
                 (":wexp", "1001000"),
-                (":fence", "77"),
+                (":fence", "998000000"),
             ],
             5_000,
         );
@@ -417,9 +438,16 @@ mod tests {
         );
         assert_eq!(info.holders[0].lease_left, Some(Duration::from_secs(1)));
         assert_eq!(info.holders[1].lease_left, Some(Duration::from_secs(5)));
-        assert_eq!(info.fence, Some(77));
+        assert_eq!(info.fence, Some(998_000_000));
         assert_eq!(info.hold_count, 3);
-        assert_eq!(info.holder.as_deref(), Some("i4:req-9#2"));
+        assert_eq!(
+            info.holder.as_deref(),
+            Some("web-4~0123456789abcdef0123456789abcdef:req-9#2")
+        );
+        // who and since when, from the owner fields and the tokens (server time 1,000,000 ms)
+        assert_eq!(info.holders[0].instance_name.as_deref(), Some("web-4"));
+        assert_eq!(info.holders[0].held_for, Some(Duration::from_secs(2)));
+        assert_eq!(info.holders[2].held_for, Some(Duration::from_secs(1)));
 
         // a write hold that ran out is no holder, and its token is not current
         let s = raw_state(

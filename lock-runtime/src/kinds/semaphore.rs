@@ -43,7 +43,7 @@ pub(crate) static SEMAPHORE: Kind = Kind {
 };
 
 /// How `inspect` reads a semaphore: the hash `<prefix>sem:{<name>}`, `:n` -> the permit count
-/// of the latest acquirer, `p:<grant>` -> `<expiry> <permits> <owner>` per grant.
+/// of the latest acquirer, `p:<grant>` -> `<expiry> <permits> @<token> <owner>` per grant.
 pub(crate) static LAYOUT: Layout = Layout {
     kind: LockKind::Semaphore,
     namespace: "sem:",
@@ -66,16 +66,24 @@ fn decode(info: &mut LockInfo, state: &RawState, _local: LocalGuards<'_>) {
             continue;
         }
         let mut parts = value.splitn(3, ' ');
-        let (Some(expiry), Some(permits), Some(owner)) = (parts.next(), parts.next(), parts.next())
+        let (Some(expiry), Some(permits), Some(rest)) = (parts.next(), parts.next(), parts.next())
         else {
             continue;
         };
         let Some(lease_left) = state.left(expiry) else {
             continue;
         };
+        // '@<token> <owner>', or an older version's '<owner>'
+        let (token, owner) = match rest.strip_prefix('@').and_then(|r| r.split_once(' ')) {
+            Some((token, owner)) => (token.parse().ok(), owner),
+            None => (None, rest),
+        };
         let mut holder = Holder::new(owner, HoldMode::Permits);
         holder.lease_left = Some(lease_left);
         holder.permits = permits.parse().ok();
+        if let Some(token) = token {
+            holder.granted_by_token(token, state);
+        }
         info.holders.push(holder);
     }
 }
@@ -297,9 +305,15 @@ mod tests {
         let s = raw_state(
             &[
                 (":n", "4"),
-                ("p:01", "1003000 2 i1:req-7#1"),
+                (
+                    "p:01",
+                    "1003000 2 @997000000 pdf-1~0123456789abcdef0123456789abcdef:req-7#1",
+                ),
                 ("p:02", "1001500 1 mesh:batch"),
-                ("p:03", "900000 1 i1:old#1"),
+                (
+                    "p:03",
+                    "900000 1 pdf-1~0123456789abcdef0123456789abcdef:old#1",
+                ),
             ],
             3_000,
         );
@@ -308,7 +322,11 @@ mod tests {
         assert_eq!(info.holders.len(), 2);
         assert_eq!(info.holders[0].permits, Some(2));
         assert_eq!(info.holders[0].request_id.as_deref(), Some("req-7"));
+        assert_eq!(info.holders[0].instance_name.as_deref(), Some("pdf-1"));
+        // its token tells its grant time (server time 1,000,000 ms); an older grant has none
+        assert_eq!(info.holders[0].held_for, Some(Duration::from_secs(3)));
         assert_eq!(info.holders[1].instance, None);
+        assert_eq!(info.holders[1].held_for, None);
         assert_eq!(
             info.holders[1].lease_left,
             Some(Duration::from_millis(1500))

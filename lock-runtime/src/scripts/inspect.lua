@@ -2,7 +2,7 @@
 -- KEYS[1] the lock (a mutex's string, the hash of the other kinds), KEYS[2] fence counter,
 -- KEYS[3] waiting-services zset
 -- Reply: {fields and values of the hash (flat; empty for a string), pttl, last token issued or
---         -1, number of services currently registered as waiting, server clock in ms (the
+--         -1, the services currently registered as waiting, server clock in ms (the
 --         read-write and semaphore kinds keep each hold's expiry as data, in that clock), the
 --         string's value (nil for a hash)}
 local t = redis.call('time')
@@ -18,7 +18,7 @@ return {
   fields,
   redis.call('pttl', KEYS[1]),
   last and tonumber(last) or -1,
-  redis.call('zcount', KEYS[3], now_ms, '+inf'),
+  redis.call('zrangebyscore', KEYS[3], now_ms, '+inf'),
   now_ms,
   value,
 }

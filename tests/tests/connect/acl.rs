@@ -215,6 +215,18 @@ async fn lock_family(a: &LockService, b: &LockService) -> Result<(), Trouble> {
     check(!b.is_locked(&forced).await?, || {
         "still locked after force_unlock".into()
     })?;
+    // the journal of force-unlocks (a stream: XADD, XREVRANGE)
+    let deadline = Instant::now() + Duration::from_secs(10);
+    loop {
+        let journal = a.journal(20).await?;
+        if journal.iter().any(|e| e.key == forced) {
+            break;
+        }
+        check(Instant::now() < deadline, || {
+            format!("the force-unlock of {forced} never reached the journal: {journal:?}")
+        })?;
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
     Ok(())
 }
 

@@ -10,5 +10,7 @@ mod web_common;
 mod inspect;
 mod leftovers;
 mod metrics;
+mod nodes;
+mod operators;
 mod registry;
 mod tracing_spans;

@@ -3,15 +3,20 @@
 -- when no other service waits; else give the next turn to the longest-registered other service
 -- (only it may take the lock for $TURN_MS) and tell it on the wake-up channel.
 -- Lock key, fence counter, waiting-services zset, (unused); owner field; grant id; next owner
--- field ('' for none); its grant id; its lease in ms
+-- field ('' for none); its grant id; its lease in ms, or, with no next owner, how long in ms the
+-- lock stays taken after this release frees it ('0': it is freed; else it is kept, by nobody,
+-- for a minimum hold: 'T' .. token .. '|done:' .. owner field, which nobody can take, renew or
+-- release, and which expires by itself - see value.lua)
 -- Returns three values: 0, 0, 0: not held under this grant id (so running a release twice
 -- changes nothing the second time) | 1, remaining grants, 0 | 2, 0, 0: freed | 2, 1, 0: freed,
 -- the turn went to another service | 3, token, 0: handed to the next owner (an integer)
 local function release(lock, fence_key, queue, _, owner, grant_id, next_owner, next_id,
                        next_lease)
-  local next_ms = 0
+  local next_ms, keep_ms = 0, 0
   if next_owner ~= '' then
     next_ms = checked_lease(next_lease)
+  elseif next_lease ~= '0' and next_lease ~= '' then
+    keep_ms = checked_lease(next_lease)
   end
   local v = redis.call('get', lock)
   if not v then
@@ -36,6 +41,16 @@ local function release(lock, fence_key, queue, _, owner, grant_id, next_owner, n
     end
     redis.call('set', lock, state .. token .. table.concat(rest, ' ') .. '|' .. owner, 'keepttl')
     return 1, #rest, 0
+  end
+
+  if keep_ms > 0 then
+    -- a minimum hold: kept, by nobody, until it expires; waiters of other services look again
+    -- and find how long
+    redis.call('set', lock, 'T' .. string.sub(v, 2, 17) .. '|done:' .. owner, 'px', keep_ms)
+    if state == 'W' then
+      redis.call($PUBLISH, lock .. $CHANNEL_SUFFIX, '0')
+    end
+    return 2, 0, 0
   end
 
   local target = nil

@@ -4,7 +4,9 @@
 --   has registered since (its release just deletes the key); 'W' held, and services are
 --   registered as waiting (its release looks for the next turn); 'T' nobody holds it: the next turn is reserved for
 --   the service named in place of the owner field, for the length of a turn (token zero, no
---   grant ids);
+--   grant ids), or, when that field is 'done:' .. the last owner's field, the lock is kept after
+--   its release for a minimum hold (the token is the finished grant's; nobody's turn: it
+--   expires);
 -- - token, the fencing token of the grant: 16 decimal digits, zero-padded (tokens < 2^53);
 -- - grant ids, 16 hex digits each, separated by spaces: one per process holding it (several
 --   only for an owner that is the same in every process, 'mesh:' fields);

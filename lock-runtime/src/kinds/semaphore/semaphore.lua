@@ -1,7 +1,8 @@
 -- The semaphore kind: acquire and release permits, as ops.lua calls them.
 --
 -- A semaphore is a hash: ':n' -> how many permits it has (the latest count an acquirer
--- passed), and one field per grant 'p:<grant id>' -> '<expiry ms> <permits> <owner>'. Leases
+-- passed), and one field per grant 'p:<grant id>' -> '<expiry ms> <permits> @<token> <owner>'
+-- (the token, the grant's own, tells its grant time: an older version wrote no '@<token>'). Leases
 -- are kept as data: each grant expires on its own (a crashed holder's permits come back with
 -- its lease) and the key's PEXPIRE is the latest of them. Keys: the hash, its fence counter,
 -- the services waiting (a release publishes when it is not empty), and an unused fourth.
@@ -50,7 +51,7 @@ local function acquire(lock, fence_key, queue, _, owner, grant_id, lease, horizo
   local field = 'p:' .. grant_id
   local mine = redis.call('hget', lock, field)
   if mine then
-    return 2, redis.call('get', fence_key) or '0', 1
+    return 2, string.match(mine, '^%d+ %d+ @(%d+) ') or redis.call('get', fence_key) or '0', 1
   end
   if horizon == '-1' then
     return 0, redis.call('pttl', lock), 0
@@ -59,7 +60,7 @@ local function acquire(lock, fence_key, queue, _, owner, grant_id, lease, horizo
   if used + want <= total then
     local token = next_token(fence_key)
     local exp = now_ms() + lease_ms
-    redis.call('hset', lock, field, exp .. ' ' .. want .. ' ' .. owner, ':n', total)
+    redis.call('hset', lock, field, exp .. ' ' .. want .. ' @' .. token .. ' ' .. owner, ':n', total)
     redis.call('pexpire', lock, math.max(exp, latest) - now_ms())
     return 1, token, 0
   end
