@@ -42,8 +42,9 @@ struct Cli {
 
 #[derive(Debug, Subcommand)]
 enum Command {
-    /// One line per held lock of every kind: key, kind, holder and its request, hold count,
-    /// remaining lease, fencing token, services waiting.
+    /// One line per held lock of every kind: key, kind, holder, its instance and request, how
+    /// long it has been held, hold count, remaining lease, fencing token, callers waiting per
+    /// service.
     List {
         /// Only keys matching this glob (`*`, `?`, `[abc]`), e.g. 'goods:*'
         pattern: Option<String>,
@@ -51,8 +52,8 @@ enum Command {
         #[arg(long)]
         json: bool,
     },
-    /// Everything known about one lock: every holder with its request, lease and permits,
-    /// fencing tokens, waiters.
+    /// Everything known about one lock: every holder with its instance, request, age, lease
+    /// and permits, fencing tokens, the waiting services and their callers.
     Show {
         /// The lock's key (a semaphore's name)
         key: String,
@@ -80,7 +81,8 @@ enum Command {
         #[arg(long, short = 'y')]
         yes: bool,
     },
-    /// A web console: held locks, holders, leases counting down, waiters, recent changes.
+    /// A web console: held locks, holders and their instances, ages, leases counting down,
+    /// waiters per service, recent events, and whether the data is stale.
     Serve {
         /// Address to listen on; a non-loopback address exposes lock names and holders to
         /// whoever can reach it
@@ -243,7 +245,12 @@ async fn run(cli: Cli) -> Result<(), Failure> {
     }
 }
 
-/// The locks named `key`: of `kind`, or of every kind that is held.
+/// Whether a lock is taken: held, or done and kept for its minimum hold.
+fn taken(info: &LockInfo) -> bool {
+    info.is_held() || info.kept.is_some()
+}
+
+/// The locks named `key`: of `kind`, or of every kind that is taken.
 async fn find(
     locks: &LockService,
     key: &str,
@@ -255,7 +262,7 @@ async fn find(
             let mut held = Vec::new();
             for kind in LockKind::ALL {
                 let info = locks.inspect_kind(kind, key).await?;
-                if info.is_held() {
+                if taken(&info) {
                     held.push(info);
                 }
             }
@@ -282,7 +289,7 @@ async fn show(
         }
     }
     print!("{out}");
-    if found.iter().any(LockInfo::is_held) {
+    if found.iter().any(taken) {
         return Ok(());
     }
     if !json {
@@ -345,7 +352,7 @@ async fn unlock(
     let found: Vec<LockInfo> = find(locks, key, kind)
         .await?
         .into_iter()
-        .filter(LockInfo::is_held)
+        .filter(taken)
         .collect();
     let shown = render::text(key);
     let target = match &found[..] {

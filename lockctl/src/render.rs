@@ -1,6 +1,7 @@
 //! Text and JSON forms of the locks.
 //!
-//! Keys, owners, request ids and process ids come from request input by way of Redis: every
+//! Keys, owners, request ids, instance names and process ids come from request input or other
+//! services' configuration by way of Redis: every
 //! text form passes them through [`text`], so that a key cannot drive the terminal (escape
 //! sequences that set its title, clear it or colour it), forge a row with a newline, or
 //! reorder what follows it with a bidi override. The JSON forms need nothing: JSON escapes
@@ -10,7 +11,7 @@ use std::borrow::Cow;
 use std::fmt::Write;
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
-use lock_runtime::{HoldMode, Holder, LockInfo};
+use lock_runtime::{HoldMode, Holder, LockInfo, ServiceWaiters};
 use serde_json::{Value, json};
 
 /// Whether `c` must not reach a terminal as it is: control characters (C0, DEL, C1), the
@@ -100,9 +101,12 @@ fn kind_label(info: &LockInfo) -> String {
 
 /// The holder column: the first holder (`write:`/`read:` for a read-write lock) and how many
 /// more there are.
-fn holder_label(info: &LockInfo) -> String {
+fn holder_label(info: &LockInfo, now: SystemTime) -> String {
     let Some(first) = info.holders.first() else {
-        return "-".to_owned();
+        return match &info.kept {
+            Some(kept) => format!("done, kept until {} UTC", clock(now + kept.left)),
+            None => "-".to_owned(),
+        };
     };
     // the mode says which hold it is when the kind has several (`write:`, `read:`)
     let modes = HoldMode::ALL
@@ -120,30 +124,69 @@ fn holder_label(info: &LockInfo) -> String {
     label
 }
 
+/// The instance name of a holder, `-` when it has none (an owner across processes, a hold of
+/// an older version).
+fn instance(h: Option<&Holder>) -> String {
+    h.and_then(|h| h.instance_name.as_deref())
+        .map_or_else(|| "-".to_owned(), |n| text(n).into_owned())
+}
+
+/// How long a hold has lasted: `2h13m`, `-` when unknown.
+fn held(h: Option<&Holder>) -> String {
+    lease(h.and_then(|h| h.held_for))
+}
+
+/// One service's waiting callers: `billing-2 3`, `billing-2 ?` when it does not report how
+/// many.
+fn waiter(w: &ServiceWaiters) -> String {
+    let name = w.instance_name.as_deref().unwrap_or(&w.service);
+    match w.waiting {
+        Some(n) => format!("{} {n}", text(name)),
+        None => format!("{} ?", text(name)),
+    }
+}
+
+/// The waiting column: each service with its waiting callers (`billing-2 3, orders-1 1`),
+/// else the number of services registered as waiting.
+fn waiting_label(info: &LockInfo) -> String {
+    if info.waiters.is_empty() {
+        return info.waiting_services.to_string();
+    }
+    info.waiters
+        .iter()
+        .map(waiter)
+        .collect::<Vec<_>>()
+        .join(", ")
+}
+
 /// One line per lock under a header; `(no locks held)` when there are none.
 pub(crate) fn table(locks: &[LockInfo]) -> String {
     if locks.is_empty() {
         return "(no locks held)\n".to_owned();
     }
+    let now = SystemTime::now();
     let header = [
-        "KEY", "KIND", "HOLDER", "REQUEST", "HOLDS", "LEASE", "FENCE", "WAITING",
+        "KEY", "KIND", "HOLDER", "INSTANCE", "REQUEST", "HELD", "HOLDS", "LEASE", "FENCE",
+        "WAITING",
     ]
     .map(str::to_owned);
-    let rows: Vec<[String; 8]> = locks
+    let rows: Vec<[String; 10]> = locks
         .iter()
         .map(|info| {
             let first = info.holders.first();
             [
                 text(&info.key).into_owned(),
                 kind_label(info),
-                holder_label(info),
+                holder_label(info, now),
+                instance(first.or(info.kept.as_ref().map(|k| &k.holder))),
                 first
                     .and_then(|h| h.request_id.as_deref())
                     .map_or_else(|| "-".to_owned(), |r| text(r).into_owned()),
+                held(first),
                 info.hold_count.to_string(),
                 lease(first.and_then(|h| h.lease_left)),
                 info.fence.map_or_else(|| "-".to_owned(), |f| f.to_string()),
-                info.waiting_services.to_string(),
+                waiting_label(info),
             ]
         })
         .collect();
@@ -185,7 +228,16 @@ fn holder_line(h: &Holder) -> String {
         None => line.push_str(", no request id"),
     }
     let _ = write!(line, ", holds {}", h.hold_count);
+    if let Some(held) = h.held_for {
+        let _ = write!(line, ", held for {}", duration(held));
+    }
+    if let Some(at) = h.granted_at {
+        let _ = write!(line, " (since {} UTC)", clock(at));
+    }
     let _ = write!(line, ", lease left {}", lease(h.lease_left));
+    if let Some(name) = &h.instance_name {
+        let _ = write!(line, ", instance {}", text(name));
+    }
     match &h.instance {
         Some(instance) => {
             let _ = write!(line, ", process {}", text(instance));
@@ -203,8 +255,18 @@ pub(crate) fn detail(info: &LockInfo) -> String {
         text(&info.key),
         text(&info.redis_key)
     );
-    let state = if info.is_held() { "held" } else { "free" };
+    let state = match &info.kept {
+        _ if info.is_held() => "held".to_owned(),
+        Some(kept) => format!(
+            "done, kept until {} UTC (its minimum hold)",
+            clock(SystemTime::now() + kept.left)
+        ),
+        None => "free".to_owned(),
+    };
     let _ = writeln!(out, "  state:          {state}");
+    if let Some(kept) = &info.kept {
+        let _ = writeln!(out, "  released by:    {}", holder_line(&kept.holder));
+    }
     if let Some(permits) = info.permits {
         let used: u32 = info.holders.iter().filter_map(|h| h.permits).sum();
         let _ = writeln!(out, "  permits:        {used} of {permits} held");
@@ -223,6 +285,19 @@ pub(crate) fn detail(info: &LockInfo) -> String {
         info.waiting_services,
         if info.waiting_services == 1 { "" } else { "s" }
     );
+    for w in &info.waiters {
+        let callers = match w.waiting {
+            Some(n) => format!("{n} caller{}", if n == 1 { "" } else { "s" }),
+            None => "callers not reported".to_owned(),
+        };
+        let name = w.instance_name.as_deref().unwrap_or("-");
+        let _ = writeln!(
+            out,
+            "    - {} ({}): {callers}",
+            text(name),
+            text(&w.service)
+        );
+    }
     let _ = writeln!(out, "  holders:        {}", info.holders.len());
     for h in &info.holders {
         let _ = writeln!(out, "    - {}", holder_line(h));
@@ -232,6 +307,16 @@ pub(crate) fn detail(info: &LockInfo) -> String {
 
 /// What `unlock` removed.
 pub(crate) fn removed(info: &LockInfo) -> String {
+    if let (true, Some(kept)) = (info.holders.is_empty(), &info.kept) {
+        return format!(
+            "removed {} `{}` ({}), done and kept for {} more, released by:\n    - {}\n",
+            info.kind.noun(),
+            text(&info.key),
+            text(&info.redis_key),
+            duration(kept.left),
+            holder_line(&kept.holder)
+        );
+    }
     let mut out = format!(
         "removed {} `{}` ({}), held by {} holder{}:\n",
         info.kind.noun(),
@@ -250,23 +335,47 @@ fn millis(d: Option<Duration>) -> Value {
     d.map_or(Value::Null, |d| json!(d.as_millis() as u64))
 }
 
+/// Milliseconds since the epoch.
+pub(crate) fn epoch_ms(at: SystemTime) -> u64 {
+    at.duration_since(UNIX_EPOCH)
+        .map_or(0, |d| d.as_millis() as u64)
+}
+
+fn holder_json(h: &Holder) -> Value {
+    json!({
+        "owner": h.owner,
+        "request_id": h.request_id,
+        "instance": h.instance,
+        "instance_name": h.instance_name,
+        "mode": h.mode.as_str(),
+        "hold_count": h.hold_count,
+        "granted_at_ms": h.granted_at.map(epoch_ms),
+        "held_for_ms": millis(h.held_for),
+        "lease_left_ms": millis(h.lease_left),
+        "permits": h.permits,
+    })
+}
+
 /// The JSON object of one lock.
 pub(crate) fn json(info: &LockInfo) -> Value {
-    let holders: Vec<Value> = info
-        .holders
+    let holders: Vec<Value> = info.holders.iter().map(holder_json).collect();
+    let waiters: Vec<Value> = info
+        .waiters
         .iter()
-        .map(|h| {
+        .map(|w| {
             json!({
-                "owner": h.owner,
-                "request_id": h.request_id,
-                "instance": h.instance,
-                "mode": h.mode.as_str(),
-                "hold_count": h.hold_count,
-                "lease_left_ms": millis(h.lease_left),
-                "permits": h.permits,
+                "service": w.service,
+                "instance_name": w.instance_name,
+                "waiting": w.waiting,
             })
         })
         .collect();
+    let kept = info.kept.as_ref().map(|k| {
+        json!({
+            "holder": holder_json(&k.holder),
+            "left_ms": k.left.as_millis() as u64,
+        })
+    });
     json!({
         "key": info.key,
         "kind": info.kind.as_str(),
@@ -279,6 +388,8 @@ pub(crate) fn json(info: &LockInfo) -> Value {
         "last_fence": info.last_fence,
         "permits": info.permits,
         "waiting_services": info.waiting_services,
+        "waiters": waiters,
+        "kept": kept,
     })
 }
 
