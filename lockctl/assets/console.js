@@ -86,9 +86,11 @@ function keyMatcher(filter) {
   return (key) => key.toLowerCase().includes(lower);
 }
 
-// The longest a holder of `lock` has held it (ms, at the server's list), 0 when unknown.
-function lockAge(lock) {
-  return lock.holders.reduce((m, h) => Math.max(m, h.held_for_ms || 0), 0);
+// When the oldest hold of `lock` was granted (ms since the epoch, the server's clock);
+// Infinity when unknown. Each lock is read at its own moment of a list, so the grant times
+// order the holds where the ages might not.
+function lockGranted(lock) {
+  return lock.holders.reduce((m, h) => Math.min(m, known(h.granted_at_ms) ? h.granted_at_ms : Infinity), Infinity);
 }
 
 // Callers waiting for `lock`: per service when the services report it, else the services.
@@ -99,10 +101,11 @@ function lockWaiting(lock) {
   return lock.waiting_services || 0;
 }
 
+const compare = (x, y) => (x < y ? -1 : x > y ? 1 : 0);
 const byKey = (a, b) => (a.key < b.key ? -1 : a.key > b.key ? 1 : a.kind < b.kind ? -1 : a.kind > b.kind ? 1 : 0);
 const sorts = {
   key: byKey,
-  age: (a, b) => lockAge(b) - lockAge(a) || byKey(a, b),
+  age: (a, b) => compare(lockGranted(a), lockGranted(b)) || byKey(a, b),
   waiters: (a, b) => lockWaiting(b) - lockWaiting(a) || byKey(a, b),
 };
 
@@ -211,7 +214,7 @@ function kindLabel(lock) {
 function tableSignature(shown) {
   return JSON.stringify([allowUnlock, view, shown.map((l) => [
     l.key, l.kind, l.hold_count, l.fence, l.waiting_services, l.permits, l.waiters,
-    l.kept && [l.kept.holder && l.kept.holder.owner, Math.round(l.kept.left_ms / 1000)],
+    l.kept && l.kept.holder && l.kept.holder.owner,
     l.holders.map((h) => [h.owner, h.instance_name, h.mode, h.request_id, h.permits, h.hold_count]),
   ])]);
 }
@@ -308,7 +311,10 @@ function renderEvents(events) {
     const who = [e.mode, e.instance_name, e.owner].filter(known).join(" ");
     if (who) text += " · " + who;
     if (e.request_id) text += " (request " + e.request_id + ")";
-    if (e.held_ms) text += " after " + formatAge(e.held_ms);
+    // how long the hold had lasted when last seen
+    if (e.held_ms && e.event !== "acquired") text += " after " + formatAge(e.held_ms);
+    if (e.by) text += " · by " + e.by;
+    if (e.detail) text += " · " + e.detail;
     li.append(el("span", "event-text", text));
     fresh.append(li);
   }

@@ -1,7 +1,8 @@
 //! `lockctl serve`: a small web console over one lock service.
 //!
 //! A background task lists the locks every interval and keeps the latest list and the changes
-//! seen between two lists (holds acquired, released, expired; locks force-unlocked here), with
+//! seen between two lists (holds acquired, released, expired; locks force-unlocked here) merged
+//! with the runtime's journal on Redis (locks force-unlocked and holds lost, by any service), with
 //! when the last list was read and why the last refresh failed: a list older than two
 //! intervals, or one kept after a failed refresh, is *stale*, and `/api/state` says so. The page
 //! (HTML, JS and CSS embedded in the binary; nothing from a CDN) polls `GET /api/state` and
@@ -35,7 +36,9 @@ use axum::middleware::{self, Next};
 use axum::response::{IntoResponse, Response};
 use axum::routing::{get, post};
 use axum::serve::IncomingStream;
-use lock_runtime::{HoldMode, LockInfo, LockKind, LockService, Topology};
+use lock_runtime::{
+    HoldMode, JournalEntry, JournalKind, LockInfo, LockKind, LockService, Topology,
+};
 use serde_json::{Value, json};
 
 use crate::{Failure, render};
@@ -45,6 +48,13 @@ pub(crate) const DEFAULT_LISTEN: &str = "127.0.0.1:7373";
 
 /// How many recent events the console keeps.
 const EVENTS_KEPT: usize = 200;
+
+/// How many entries of the runtime's journal each refresh reads.
+const JOURNAL_READ: usize = 50;
+
+/// How many journal entries the console remembers having told (a journal read returns the
+/// latest ones again).
+const JOURNAL_SEEN: usize = 500;
 
 /// How much longer than the time between two lists a hold's last seen lease may have been for
 /// its disappearance to count as expired rather than released: the list is read over a while
@@ -187,6 +197,8 @@ struct Snapshot {
     next_event: u64,
     /// Locks force-unlocked here since the last list: their holders are not "released".
     unlocked: Vec<(LockKind, String)>,
+    /// The journal entries already among the events, oldest first (at most [`JOURNAL_SEEN`]).
+    journal_seen: VecDeque<String>,
 }
 
 impl Console {
@@ -292,10 +304,20 @@ async fn refresher(console: std::sync::Weak<Console>) {
     }
 }
 
-/// Lists the locks and records what changed since the last list.
+/// Lists the locks and records what changed since the last list, and what the journal has
+/// that the events do not.
 async fn refresh(console: &Console) {
     let listed = console.locks.list(console.options.pattern.as_deref()).await;
     let taken = now_ms();
+    // the journal only adds events: when it cannot be read, the list still counts
+    let journal = match &listed {
+        Ok(_) => console
+            .locks
+            .journal(JOURNAL_READ)
+            .await
+            .unwrap_or_default(),
+        Err(_) => Vec::new(),
+    };
     let mut snap = console.snapshot();
     match listed {
         Ok(locks) => {
@@ -304,6 +326,22 @@ async fn refresh(console: &Console) {
                 for event in events {
                     push_event(&mut snap, event);
                 }
+            }
+            // oldest first, so that the newest ends up first
+            for entry in journal.iter().rev() {
+                let pattern = console.options.pattern.as_deref();
+                if !pattern.is_none_or(|p| glob_matches(p, &entry.key)) {
+                    continue;
+                }
+                let id = journal_id(entry);
+                if snap.journal_seen.contains(&id) || told_here(&snap, entry) {
+                    continue;
+                }
+                snap.journal_seen.push_back(id);
+                if snap.journal_seen.len() > JOURNAL_SEEN {
+                    snap.journal_seen.pop_front();
+                }
+                push_event(&mut snap, journal_event(entry));
             }
             snap.unlocked.clear();
             snap.locks = locks;
@@ -332,11 +370,131 @@ fn staleness(snap: &Snapshot, interval: Duration, now: u64) -> Option<u64> {
     }
 }
 
+/// Adds an event, keeping the events newest first (a journal entry may be older than the
+/// changes seen last).
 fn push_event(snap: &mut Snapshot, mut event: Value) {
     event["id"] = json!(snap.next_event);
     snap.next_event += 1;
-    snap.events.push_front(event);
+    let at = event["at_ms"].as_u64().unwrap_or(0);
+    let place = snap
+        .events
+        .iter()
+        .position(|e| e["at_ms"].as_u64().unwrap_or(0) <= at)
+        .unwrap_or(snap.events.len());
+    snap.events.insert(place, event);
     snap.events.truncate(EVENTS_KEPT);
+}
+
+/// Whether a journal entry is a force-unlock of this console, already told with its holders:
+/// an event of the console's own for that lock at about that time.
+fn told_here(snap: &Snapshot, entry: &JournalEntry) -> bool {
+    let at = render::epoch_ms(entry.at);
+    entry.what == JournalKind::ForceUnlocked
+        && snap.events.iter().any(|e| {
+            e["event"] == "force-unlocked"
+                && e.get("source").is_none()
+                && e["kind"] == entry.kind.as_str()
+                && e["key"] == entry.key.as_str()
+                && e["at_ms"].as_u64().is_some_and(|t| t.abs_diff(at) <= 5_000)
+        })
+}
+
+/// What tells a journal entry apart from the others.
+fn journal_id(entry: &JournalEntry) -> String {
+    format!(
+        "{}/{}/{}/{:?}/{:?}/{:?}",
+        render::epoch_ms(entry.at),
+        entry.what,
+        entry.kind.as_str(),
+        entry.key,
+        entry.service,
+        entry.owner
+    )
+}
+
+/// The owner id in an owner field as Redis stores it (`<name>~<process>:<owner>`,
+/// `<process>:<owner>`, `mesh:<owner>`; a process id is 32 hex digits).
+fn owner_of_field(field: &str) -> &str {
+    if let Some(owner) = field.strip_prefix("mesh:") {
+        return owner;
+    }
+    let after_process = |s: &str| -> Option<usize> {
+        let process = s.get(..32)?;
+        (process.bytes().all(|b| b.is_ascii_hexdigit()) && s[32..].starts_with(':')).then_some(33)
+    };
+    if let Some(at) = after_process(field) {
+        return &field[at..];
+    }
+    if let Some((_, rest)) = field.split_once('~') {
+        if let Some(at) = after_process(rest) {
+            return &rest[at..];
+        }
+    }
+    field
+}
+
+/// An event of the runtime's journal: a lock force-unlocked (by the service named), or a hold
+/// lost (the service's).
+fn journal_event(entry: &JournalEntry) -> Value {
+    let owner = entry.owner.as_deref().map(owner_of_field);
+    let mut event = json!({
+        "at_ms": render::epoch_ms(entry.at),
+        "event": entry.what.as_str(),
+        "kind": entry.kind.as_str(),
+        "key": entry.key,
+        "owner": owner,
+        "request_id": owner.and_then(lock_runtime::owner::request_id_of),
+        "detail": entry.detail,
+        "source": "journal",
+    });
+    match entry.what {
+        JournalKind::ForceUnlocked => event["by"] = json!(entry.instance_name),
+        _ => event["instance_name"] = json!(entry.instance_name),
+    }
+    event
+}
+
+/// Whether `key` matches the Redis glob `pattern` (`*`, `?`, `[abc]`, `[a-z]`, `[^a]`, `\x`).
+fn glob_matches(pattern: &str, key: &str) -> bool {
+    fn class(p: &[char], c: char) -> Option<(bool, usize)> {
+        // p starts after `[`; the match and the length of the class up to its `]`
+        let negate = matches!(p.first(), Some('^' | '!'));
+        let mut i = usize::from(negate);
+        let mut hit = false;
+        while i < p.len() && p[i] != ']' {
+            if p[i] == '\\' && i + 1 < p.len() {
+                hit |= p[i + 1] == c;
+                i += 2;
+            } else if i + 2 < p.len() && p[i + 1] == '-' && p[i + 2] != ']' {
+                hit |= (p[i]..=p[i + 2]).contains(&c);
+                i += 3;
+            } else {
+                hit |= p[i] == c;
+                i += 1;
+            }
+        }
+        (i < p.len()).then_some((hit != negate, i + 1))
+    }
+    fn at(p: &[char], k: &[char]) -> bool {
+        match p.first() {
+            None => k.is_empty(),
+            Some('*') => (0..=k.len()).any(|skip| at(&p[1..], &k[skip..])),
+            Some('?') => !k.is_empty() && at(&p[1..], &k[1..]),
+            Some('[') => match (
+                k.first(),
+                class(&p[1..], k.first().copied().unwrap_or('\0')),
+            ) {
+                (Some(_), Some((true, len))) => at(&p[1 + len..], &k[1..]),
+                (_, Some(_)) => false,
+                // an unclosed `[` is itself
+                (_, None) => k.first() == Some(&'[') && at(&p[1..], &k[1..]),
+            },
+            Some('\\') if p.len() > 1 => k.first() == Some(&p[1]) && at(&p[2..], &k[1..]),
+            Some(c) => k.first() == Some(c) && at(&p[1..], &k[1..]),
+        }
+    }
+    let (p, k): (Vec<char>, Vec<char>) = (pattern.chars().collect(), key.chars().collect());
+    at(&p, &k)
 }
 
 /// A hold as the events tell it apart: (field on Redis, mode).
@@ -360,9 +518,11 @@ fn event(what: &str, kind: LockKind, key: &str, h: &lock_runtime::Holder, at: u6
         "kind": kind.as_str(),
         "key": key,
         "mode": h.mode.as_str(),
+        "instance_name": h.instance_name,
         "owner": h.owner,
         "request_id": h.request_id,
         "permits": h.permits,
+        "held_ms": h.held_for.map(|d| d.as_millis() as u64),
     })
 }
 
@@ -616,7 +776,8 @@ async fn unlock(
             let at = now_ms();
             {
                 let mut snap = console.snapshot();
-                for h in &removed.holders {
+                let kept = removed.kept.as_ref().map(|k| &k.holder);
+                for h in removed.holders.iter().chain(kept) {
                     push_event(&mut snap, event("force-unlocked", kind, key, h, at));
                 }
                 snap.unlocked.push((kind, key.to_owned()));
@@ -686,6 +847,38 @@ mod tests {
         // a failed refresh: stale at once
         snap.failing_since_ms = Some(11_000);
         assert_eq!(staleness(&snap, interval, 11_000), Some(11_000));
+    }
+
+    #[test]
+    fn globs_as_redis_reads_them() {
+        for (pattern, key, matches) in [
+            ("goods:*", "goods:42", true),
+            ("goods:*", "good:42", false),
+            ("*", "", true),
+            ("goods:?", "goods:4", true),
+            ("goods:?", "goods:42", false),
+            ("goods:[0-3]*", "goods:27", true),
+            ("goods:[0-3]*", "goods:42", false),
+            ("goods:[^0-3]*", "goods:42", true),
+            ("a\\*b", "a*b", true),
+            ("a\\*b", "axb", false),
+            ("a[b", "a[b", true),
+            ("*:job:*", "x:job:nightly", true),
+        ] {
+            assert_eq!(glob_matches(pattern, key), matches, "{pattern} {key}");
+        }
+    }
+
+    #[test]
+    fn owners_in_journal_fields() {
+        let process = "0123456789abcdef0123456789abcdef";
+        assert_eq!(
+            owner_of_field(&format!("orders-1~{process}:req-7#2")),
+            "req-7#2"
+        );
+        assert_eq!(owner_of_field(&format!("{process}:a:b")), "a:b");
+        assert_eq!(owner_of_field("mesh:op:7"), "op:7");
+        assert_eq!(owner_of_field("plain"), "plain");
     }
 
     #[test]
