@@ -27,25 +27,22 @@ impl Fixture {
             Kind::Cluster => format!("mode = \"cluster\"\nnodes = {:?}", topo.node_urls()),
             other => panic!("no fixture for {other:?}"),
         };
-        Fixture::on(&redis).await
+        Fixture::on(&redis, "").await
     }
 
-    /// A fixture on a single node of its own, which the test may stop.
-    async fn private(topo: &Topology) -> Fixture {
-        // a short connect timeout: a stopped server is found out within the refresh interval
-        let redis = format!(
-            "mode = \"single\"\nurl = {:?}\nconnect_timeout = \"300ms\"\nresponse_timeout = \"500ms\"",
-            topo.url()
-        );
-        Fixture::on(&redis).await
+    /// A fixture on a single node of its own, which the test may stop, whose service is named
+    /// `instance_name`.
+    async fn private(topo: &Topology, instance_name: &str) -> Fixture {
+        let redis = format!("mode = \"single\"\nurl = {:?}", topo.url());
+        Fixture::on(&redis, &format!("instance_name = {instance_name:?}\n")).await
     }
 
-    /// A fixture on the `[redis]` section `redis`.
-    async fn on(redis: &str) -> Fixture {
+    /// A fixture on the `[redis]` section `redis`, with `lock` added to the `[lock]` section.
+    async fn on(redis: &str, lock: &str) -> Fixture {
         let dir = tempfile::tempdir().unwrap();
         let config = dir.path().join("lock.toml");
         // a short watchdog: a watched hold that was force-unlocked learns it within a second
-        let text = format!("[redis]\n{redis}\n\n[lock]\nwatchdog_timeout = \"3s\"\n");
+        let text = format!("[redis]\n{redis}\n\n[lock]\nwatchdog_timeout = \"3s\"\n{lock}");
         std::fs::write(&config, text).unwrap();
         let locks = LockService::connect(LockConfig::from_file(&config).unwrap())
             .await
@@ -55,6 +52,14 @@ impl Fixture {
             config,
             locks,
         }
+    }
+
+    /// Another service on the same Redis, named `instance_name`.
+    async fn other_service(&self, instance_name: &str) -> LockService {
+        let config = LockConfig::from_file(&self.config)
+            .unwrap()
+            .with_instance_name(instance_name);
+        LockService::connect(config).await.unwrap()
     }
 
     /// Runs `lockctl --config <file> args...` with stdin closed.
@@ -182,12 +187,18 @@ async fn cli_scenario(kind: Kind) {
     let lines: Vec<&str> = run.stdout.lines().collect();
     assert!(lines[0].starts_with("KEY"), "{run:?}");
     assert_eq!(lines.len(), 1 + mutexes + 2, "{run:?}");
+    assert!(
+        lines[0].contains(" INSTANCE ") && lines[0].contains(" HELD "),
+        "{run:?}"
+    );
+    let instance = fx.locks.config().instance_name();
     for (key, guard) in &held.mutexes {
         let line = lines
             .iter()
             .find(|l| l.starts_with(&format!("{key} ")))
             .unwrap_or_else(|| panic!("{key} not listed: {run:?}"));
         assert!(line.contains(" mutex "), "{line}");
+        assert!(line.contains(&format!(" {instance} ")), "{line}");
         assert!(line.contains("req-42#"), "{line}");
         assert!(line.contains(" req-42 "), "{line}");
         assert!(line.contains(&guard.fence().to_string()), "{line}");
@@ -209,6 +220,10 @@ async fn cli_scenario(kind: Kind) {
         assert_eq!(holder["owner"], guard.owner().as_str());
         assert_eq!(lock["fence"], guard.fence());
         assert!(holder["lease_left_ms"].as_u64().unwrap() > 0, "{lock}");
+        assert_eq!(holder["instance_name"], instance.as_str(), "{lock}");
+        let held_for = holder["held_for_ms"].as_u64().unwrap();
+        assert!(held_for < 60_000, "{lock}");
+        assert!(holder["granted_at_ms"].as_u64().unwrap() > 0, "{lock}");
     }
     let rw = find(&list, "rw", &held.rw);
     assert_eq!(rw["holders"][0]["mode"], "write");
@@ -231,6 +246,11 @@ async fn cli_scenario(kind: Kind) {
     );
     assert!(run.stdout.contains("write req-43#"), "{run:?}");
     assert!(run.stdout.contains("request req-43"), "{run:?}");
+    assert!(run.stdout.contains(", held for "), "{run:?}");
+    assert!(
+        run.stdout.contains(&format!(", instance {instance}")),
+        "{run:?}"
+    );
     let run = fx
         .lockctl(&["show", &held.sem, "--kind", "sem", "--json"])
         .await;
@@ -305,6 +325,88 @@ async fn cli_on_a_single_node() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn cli_on_a_cluster_scans_every_master() {
     cli_scenario(Kind::Cluster).await;
+}
+
+/// Who waits, per service, and a lock released under its minimum hold: done, kept until its
+/// time, not held by anybody.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn cli_shows_waiters_per_service_and_kept_locks() {
+    let fx = Fixture::new(Kind::Single).await;
+    let base = unique_key("waits");
+    let job = format!("{base}:job");
+    let guard = fx
+        .locks
+        .lock(&job)
+        .lease(Duration::from_secs(30))
+        .await
+        .unwrap();
+    let billing = fx.other_service("billing-2").await;
+    let waiter = {
+        let (billing, job) = (billing.clone(), job.clone());
+        tokio::spawn(async move { billing.lock(&job).wait(Duration::from_secs(30)).await })
+    };
+    let pattern = format!("{base}*");
+    // services report their waiting callers every second
+    let deadline = Instant::now() + Duration::from_secs(10);
+    loop {
+        let run = fx.lockctl(&["list", &pattern]).await;
+        assert_eq!(run.code, 0, "{run:?}");
+        if run.stdout.contains("billing-2 1") {
+            break;
+        }
+        assert!(
+            Instant::now() < deadline,
+            "no waiting service listed: {run:?}"
+        );
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    }
+    let run = fx.lockctl(&["show", &job]).await;
+    assert!(
+        run.stdout.contains("billing-2 (billing-2~") && run.stdout.contains("1 caller"),
+        "{run:?}"
+    );
+    let list = json_list(&fx.lockctl(&["list", &pattern, "--json"]).await);
+    let waiters = &find(&list, "mutex", &job)["waiters"];
+    assert_eq!(waiters[0]["instance_name"], "billing-2", "{waiters}");
+    assert_eq!(waiters[0]["waiting"], 1, "{waiters}");
+    guard.release().await.unwrap();
+    let taken = waiter.await.unwrap().unwrap();
+    taken.release().await.unwrap();
+
+    // released under its minimum hold: done, kept
+    let kept = format!("{base}:nightly");
+    let guard = fx
+        .locks
+        .lock(&kept)
+        .hold_at_least(Duration::from_secs(60))
+        .await
+        .unwrap();
+    guard.release().await.unwrap();
+    let run = fx.lockctl(&["list", &pattern]).await;
+    let line = run
+        .stdout
+        .lines()
+        .find(|l| l.starts_with(&format!("{kept} ")))
+        .unwrap_or_else(|| panic!("{kept} not listed: {run:?}"));
+    assert!(line.contains("done, kept until "), "{line}");
+    let run = fx.lockctl(&["show", &kept]).await;
+    assert_eq!(run.code, 0, "{run:?}");
+    assert!(
+        run.stdout.contains("state:          done, kept until "),
+        "{run:?}"
+    );
+    assert!(run.stdout.contains("released by:"), "{run:?}");
+    let list = json_list(&fx.lockctl(&["list", &pattern, "--json"]).await);
+    let lock = find(&list, "mutex", &kept);
+    assert_eq!(lock["holders"], serde_json::json!([]), "{lock}");
+    let left = lock["kept"]["left_ms"].as_u64().unwrap();
+    assert!((50_000..=60_000).contains(&left), "{lock}");
+    // and force-unlocked like a held one
+    let run = fx.lockctl(&["unlock", &kept, "--yes"]).await;
+    assert_eq!(run.code, 0, "{run:?}");
+    assert!(run.stdout.contains("done and kept for"), "{run:?}");
+    let run = fx.lockctl(&["list", &pattern]).await;
+    assert_eq!((run.code, run.stdout.as_str()), (0, "(no locks held)\n"));
 }
 
 /// Fails when `out` holds a character that drives a terminal (a control character other than
@@ -435,6 +537,14 @@ async fn text_output_escapes_control_characters() {
         .unwrap();
         guards.push(guard);
     }
+    // an instance name comes from another service's configuration
+    let other = fx.other_service("ops\u{202e}1").await;
+    let named = format!("{base}:named");
+    let named_guard = other
+        .lock(&named)
+        .lease(Duration::from_secs(60))
+        .await
+        .unwrap();
     // the same key as a read-write lock too: `unlock` without --kind names the key in its error
     let read = locks
         .read(&title)
@@ -446,12 +556,13 @@ async fn text_output_escapes_control_characters() {
     let run = fx.lockctl(&["list", &pattern]).await;
     assert_eq!(run.code, 0, "{run:?}");
     assert_printable("list", &run.stdout);
-    assert_eq!(run.stdout.lines().count(), 1 + 4, "{run:?}");
+    assert_eq!(run.stdout.lines().count(), 1 + 5, "{run:?}");
     for shown in [
         "\\x1b]0;pwned\\x07\\x1b[2J",
         "\\nFORGED-ROW",
         "\\u{202e}fdp.exe",
         "req-\\x1b[32m",
+        "ops\\u{202e}1",
     ] {
         assert!(run.stdout.contains(shown), "{shown} not in {run:?}");
     }
@@ -467,9 +578,16 @@ async fn text_output_escapes_control_characters() {
     assert_eq!(run.code, 1, "{run:?}");
     assert_printable("show of a free lock", &run.stdout);
 
+    let run = fx.lockctl(&["show", &named]).await;
+    assert_eq!(run.code, 0, "{run:?}");
+    assert!(run.stdout.contains("instance ops\\u{202e}1"), "{run:?}");
+    assert_printable("show of a named holder", &run.stdout);
+
     let block = first_watch_block(&fx.config, &pattern).await;
-    assert!(block.contains("4 locks held"), "{block:?}");
+    assert!(block.contains("5 locks held"), "{block:?}");
+    assert!(block.contains("ops\\u{202e}1"), "{block:?}");
     assert_printable("watch", &block);
+    named_guard.release().await.unwrap();
 
     // several kinds under one key: the error names the key
     let run = fx.lockctl(&["unlock", &title, "--yes"]).await;
@@ -924,18 +1042,48 @@ fn free_port() -> u16 {
         .port()
 }
 
+/// chromedriver and the Chromium it started: when dropped (a test that failed did not close
+/// its session), chromedriver is killed, and so is every process of the browser's profile,
+/// which would outlive it.
+struct Driver {
+    _chromedriver: Process,
+    profile: PathBuf,
+}
+
+impl Drop for Driver {
+    fn drop(&mut self) {
+        let flag = format!("--user-data-dir={}", self.profile.display());
+        let Ok(procs) = std::fs::read_dir("/proc") else {
+            return;
+        };
+        for pid in procs
+            .flatten()
+            .filter_map(|e| e.file_name().to_str()?.parse().ok())
+        {
+            let cmdline = std::fs::read(format!("/proc/{pid}/cmdline")).unwrap_or_default();
+            if cmdline.split(|b| *b == 0).any(|arg| arg == flag.as_bytes()) {
+                // SAFETY: a plain kill(2) of a process of this test's browser
+                unsafe { libc::kill(pid, libc::SIGKILL) };
+            }
+        }
+    }
+}
+
 /// chromedriver on a free loopback port, and a WebDriver session of headless Chromium.
 async fn webdriver(
     chromium: &Path,
     chromedriver: &Path,
     profile: &Path,
-) -> (Process, fantoccini::Client) {
+) -> (Driver, fantoccini::Client) {
     let port = free_port();
     let mut cmd = Command::new(chromedriver);
     cmd.arg(format!("--port={port}"))
         .stdout(Stdio::null())
         .stderr(Stdio::null());
-    let driver = Process(spawn_child(cmd).expect("start chromedriver"));
+    let driver = Driver {
+        _chromedriver: Process(spawn_child(cmd).expect("start chromedriver")),
+        profile: profile.to_owned(),
+    };
     let deadline = Instant::now() + Duration::from_secs(20);
     while std::net::TcpStream::connect(("127.0.0.1", port)).is_err() {
         assert!(
@@ -1129,7 +1277,7 @@ async fn console_in_chromium() {
     let started = Instant::now();
     // a server of its own: the test stops it to see the page go stale
     let topo = Topology::start(Spec::Single).await;
-    let fx = Fixture::private(&topo).await;
+    let fx = Fixture::private(&topo, "orders-1").await;
     let locks = &fx.locks;
     let base = unique_key("console");
     let key = format!("{base}:goods:42");
@@ -1137,17 +1285,17 @@ async fn console_in_chromium() {
     let guard = owner::chain("req-42", async { locks.lock(&key).lease(lease).await })
         .await
         .unwrap();
+    // another service, whose caller will wait for the nightly job (a service's own callers
+    // wait behind its holds without registering on Redis); connected before the job is
+    // taken, so that goods:42 is clearly the oldest hold
+    let billing = fx.other_service("billing-2").await;
     // something of every kind on the page
     let job_key = format!("{base}:job:nightly");
     let job = owner::chain("nightly-report", async { locks.lock(&job_key).await })
         .await
         .unwrap();
-    // a caller of another service waiting for the nightly job (a service's own callers wait
-    // behind its holds without registering on Redis)
     let waiter = {
-        let config = LockConfig::from_file(&fx.config).unwrap();
-        let locks = LockService::connect(config).await.unwrap();
-        let job_key = job_key.clone();
+        let (locks, job_key) = (billing.clone(), job_key.clone());
         tokio::spawn(owner::chain("req-77", async move {
             locks.lock(&job_key).wait(Duration::from_secs(120)).await
         }))
@@ -1171,6 +1319,17 @@ async fn console_in_chromium() {
     })
     .await
     .unwrap();
+    // a job done, its lock kept for its minimum hold
+    let report = format!("{base}:report:daily");
+    let done = owner::chain("daily-report", async {
+        locks
+            .lock(&report)
+            .hold_at_least(Duration::from_secs(120))
+            .await
+    })
+    .await
+    .unwrap();
+    done.release().await.unwrap();
     let renders = locks.semaphore(format!("{base}:pdf-render"), 4);
     let permit = owner::chain("req-60", async {
         renders.acquire_many(2).lease(Duration::from_secs(40)).await
@@ -1179,13 +1338,6 @@ async fn console_in_chromium() {
     .unwrap();
 
     let (_serve, url) = serve(&fx.config, &["--allow-unlock", &format!("{base}*")]).await;
-    // a hold whose lease runs out while the console watches
-    let cart = format!("{base}:cart:9");
-    let expiring = owner::chain("req-61", async {
-        locks.lock(&cart).lease(Duration::from_secs(2)).await
-    })
-    .await
-    .unwrap();
     let profile = tempfile::tempdir().unwrap();
     let (_driver, client) = webdriver(&chromium, &chromedriver, profile.path()).await;
     let ready = started.elapsed();
@@ -1225,15 +1377,57 @@ async fn console_in_chromium() {
     };
     assert!(second > first - 5.0, "{first} -> {second}");
 
-    // who waits
+    // which instance holds it, for how long
+    assert_eq!(
+        text_of(&client, &format!("{row} .instance")).await,
+        "orders-1"
+    );
+    let age = text_of(&client, &format!("{row} .age")).await;
+    let secs: u64 = age
+        .strip_prefix("held ")
+        .and_then(|a| a.strip_suffix('s'))
+        .and_then(|a| a.parse().ok())
+        .unwrap_or_else(|| panic!("not an age: {age:?}"));
+    assert!(secs < 60, "{age}");
+
+    // who waits: the waiting callers of each service (services report them every second)
     let job_row = format!("tr.lock[data-key=\"{job_key}\"]");
     wait_for_text(
         &client,
         &format!("{job_row} .waiting"),
-        "1 service",
+        "billing-2",
         Duration::from_secs(10),
     )
     .await;
+    let waiting = text_of(&client, &format!("{job_row} .waiter-count")).await;
+    assert_eq!(waiting, "1");
+
+    // done, kept: nobody holds it
+    let kept_row = format!("tr.lock.kept[data-key=\"{report}\"]");
+    let kept = text_of(&client, &format!("{kept_row} .holders")).await;
+    assert!(kept.contains("done, kept until "), "{kept}");
+    assert!(
+        texts_of(&client, &format!("{kept_row} .lease"))
+            .await
+            .is_empty(),
+        "{kept}"
+    );
+
+    // a hold whose lease runs out while the console watches
+    let cart = format!("{base}:cart:9");
+    let expiring = owner::chain("req-61", async {
+        locks.lock(&cart).lease(Duration::from_secs(2)).await
+    })
+    .await
+    .unwrap();
+    client
+        .wait()
+        .at_most(Duration::from_secs(2))
+        .for_element(fantoccini::Locator::Css(&format!(
+            "tr.lock[data-key=\"{cart}\"]"
+        )))
+        .await
+        .expect("the console lists the hold before its lease runs out");
 
     // changes between refreshes become events, each kind named as what it was
     r2.release().await.unwrap();
@@ -1242,13 +1436,19 @@ async fn console_in_chromium() {
     assert!(events.contains(&format!("rw {catalog}")), "{events}");
     assert!(events.contains("request req-51"), "{events}");
     // the lease of the cart ran out: expired, not released
-    wait_for_text(
-        &client,
-        "#events li.event-expired",
-        &cart,
-        Duration::from_secs(10),
-    )
-    .await;
+    let deadline = Instant::now() + Duration::from_secs(10);
+    while !texts_of(&client, "#events li.event-expired")
+        .await
+        .join("\n")
+        .contains(&cart)
+    {
+        assert!(
+            Instant::now() < deadline,
+            "no expired event of {cart}: {:?}",
+            texts_of(&client, "#events li").await
+        );
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
     let expired = texts_of(&client, "#events li.event-expired")
         .await
         .join("\n");
@@ -1263,11 +1463,11 @@ async fn console_in_chromium() {
     assert_eq!(shown_keys(&client).await, [catalog.as_str()]);
     filter_keys(&client, &format!("{base}:*:nightly")).await;
     assert_eq!(shown_keys(&client).await, [job_key.as_str()]);
-    wait_for_text(&client, "#count", "1 of 5", Duration::from_secs(2)).await;
+    wait_for_text(&client, "#count", "1 of 6", Duration::from_secs(2)).await;
     filter_keys(&client, "").await;
-    assert_eq!(shown_keys(&client).await.len(), 5);
-    // sorted by key, by waiters
     let keys = shown_keys(&client).await;
+    assert_eq!(keys.len(), 6, "{keys:?}");
+    // sorted by key, by waiters
     let mut sorted = keys.clone();
     sorted.sort();
     assert_eq!(keys, sorted);
@@ -1279,6 +1479,19 @@ async fn console_in_chromium() {
         .await
         .unwrap();
     assert_eq!(shown_keys(&client).await[0], job_key);
+    client
+        .find(fantoccini::Locator::Css("#sort"))
+        .await
+        .unwrap()
+        .select_by_value("age")
+        .await
+        .unwrap();
+    assert_eq!(
+        shown_keys(&client).await[0],
+        key,
+        "the oldest hold first: {:?}",
+        texts_of(&client, "#lock-rows tr.lock").await
+    );
     client
         .find(fantoccini::Locator::Css("#sort"))
         .await
