@@ -334,9 +334,14 @@ function renderNodes(state) {
     const item = el("li", "node " + (n.healthy === true ? "up" : n.healthy === false ? "down" : "unknown"));
     item.append(el("span", "node-address", n.address));
     item.append(el("span", "node-role", n.role));
-    if (known(n.latency_ms)) item.append(el("span", "node-latency", n.latency_ms + " ms"));
-    let title = n.address + ": " + n.role + ", " + (n.healthy ? "healthy" : n.healthy === false ? "not reachable" : "unknown");
+    if (known(n.latency_ms)) {
+      item.append(el("span", "node-latency", n.latency_ms.toFixed(n.latency_ms < 10 ? 1 : 0) + " ms"));
+    }
+    if (n.detail && !n.healthy) item.append(el("span", "node-detail", n.detail));
+    let title = n.address + ": " + n.role + (n.replica_of ? " of " + n.replica_of : "") + ", " +
+      (n.healthy ? "healthy" : n.healthy === false ? "unhealthy" : "unknown");
     if (redis.health === "refresh") title += " (as the console's last refresh found it)";
+    if (redis.health === "probe" && redis.probed_ms) title += " (probed at " + clock(redis.probed_ms) + ")";
     if (n.detail) title += " - " + n.detail;
     item.title = title;
     fresh.append(item);

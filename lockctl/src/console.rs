@@ -37,7 +37,7 @@ use axum::response::{IntoResponse, Response};
 use axum::routing::{get, post};
 use axum::serve::IncomingStream;
 use lock_runtime::{
-    HoldMode, JournalEntry, JournalKind, LockInfo, LockKind, LockService, Topology,
+    HoldMode, JournalEntry, JournalKind, LockInfo, LockKind, LockService, RedisNodes, Topology,
 };
 use serde_json::{Value, json};
 
@@ -48,6 +48,9 @@ pub(crate) const DEFAULT_LISTEN: &str = "127.0.0.1:7373";
 
 /// How many recent events the console keeps.
 const EVENTS_KEPT: usize = 200;
+
+/// How often the Redis servers are probed for the header (more often while the list fails).
+const NODES_EVERY: Duration = Duration::from_secs(5);
 
 /// How many entries of the runtime's journal each refresh reads.
 const JOURNAL_READ: usize = 50;
@@ -199,6 +202,9 @@ struct Snapshot {
     unlocked: Vec<(LockKind, String)>,
     /// The journal entries already among the events, oldest first (at most [`JOURNAL_SEEN`]).
     journal_seen: VecDeque<String>,
+    /// The last probe of the Redis servers: when (ms) and what it found (the header's JSON),
+    /// or why it failed.
+    nodes: Option<(u64, Result<Value, String>)>,
 }
 
 impl Console {
@@ -307,8 +313,27 @@ async fn refresher(console: std::sync::Weak<Console>) {
 /// Lists the locks and records what changed since the last list, and what the journal has
 /// that the events do not.
 async fn refresh(console: &Console) {
-    let listed = console.locks.list(console.options.pattern.as_deref()).await;
+    let probed = console.snapshot().nodes.as_ref().map(|(at, _)| *at);
+    let failing = console.snapshot().error.is_some();
+    // the servers are probed beside the list, every few seconds, and at each refresh while the
+    // list fails (the header then says which server is down)
+    let probe_due = failing
+        || probed.is_none_or(|at| now_ms().saturating_sub(at) >= NODES_EVERY.as_millis() as u64);
+    let probe = async {
+        match probe_due {
+            true => Some(console.locks.nodes().await),
+            false => None,
+        }
+    };
+    let (listed, nodes) = tokio::join!(
+        console.locks.list(console.options.pattern.as_deref()),
+        probe
+    );
     let taken = now_ms();
+    if let Some(nodes) = nodes {
+        let nodes = nodes.map(|n| nodes_json(&n)).map_err(|e| e.to_string());
+        console.snapshot().nodes = Some((taken, nodes));
+    }
     // the journal only adds events: when it cannot be read, the list still counts
     let journal = match &listed {
         Ok(_) => console
@@ -680,25 +705,58 @@ fn configured_nodes(topology: &Topology) -> Vec<(&str, &'static str)> {
     }
 }
 
-/// The topology as the page's header shows it: the nodes of the configuration, healthy while
-/// the console's refreshes succeed.
-fn redis_json(topology: &Topology, healthy: bool) -> Value {
+/// The servers `nodes()` found, as the page's header shows them.
+fn nodes_json(nodes: &RedisNodes) -> Value {
+    let list: Vec<Value> = nodes
+        .nodes
+        .iter()
+        .map(|n| {
+            json!({
+                "address": n.address,
+                "role": n.role.as_str(),
+                "healthy": n.healthy,
+                "latency_ms": n.latency.map(|l| l.as_secs_f64() * 1000.0),
+                "replica_of": n.replica_of,
+                "detail": n.detail,
+            })
+        })
+        .collect();
+    json!({ "mode": nodes.mode, "nodes": list })
+}
+
+/// The topology as the page's header shows it: the servers as last probed (`"health":
+/// "probe"`, with `probed_ms`); before the first probe, or when no server answered it, the
+/// nodes of the configuration, healthy while the console's refreshes succeed (`"health":
+/// "refresh"`).
+fn redis_json(
+    topology: &Topology,
+    probe: Option<&(u64, Result<Value, String>)>,
+    healthy: bool,
+) -> Value {
+    let master_name = match topology {
+        Topology::Sentinel { master_name, .. } => Some(master_name.as_str()),
+        _ => None,
+    };
+    if let Some((at, Ok(found))) = probe {
+        let mut found = found.clone();
+        found["master_name"] = json!(master_name);
+        found["health"] = json!("probe");
+        found["probed_ms"] = json!(at);
+        return found;
+    }
+    let failed = probe.and_then(|(_, r)| r.as_ref().err());
     let nodes: Vec<Value> = configured_nodes(topology)
         .into_iter()
         .map(|(address, role)| {
             json!({
                 "address": address,
                 "role": role,
-                "healthy": healthy,
+                "healthy": healthy && failed.is_none(),
                 "latency_ms": null,
-                "detail": null,
+                "detail": failed,
             })
         })
         .collect();
-    let master_name = match topology {
-        Topology::Sentinel { master_name, .. } => Some(master_name.as_str()),
-        _ => None,
-    };
     json!({
         "mode": topology.mode(),
         "master_name": master_name,
@@ -724,7 +782,7 @@ async fn state(State(console): State<Arc<Console>>) -> Json<Value> {
         "interval_ms": console.options.interval.as_millis() as u64,
         "allow_unlock": console.options.allow_unlock,
         "mode": config.topology().mode(),
-        "redis": redis_json(config.topology(), stale_since.is_none()),
+        "redis": redis_json(config.topology(), snap.nodes.as_ref(), stale_since.is_none()),
         "prefix": config.prefix(),
         "pattern": console.options.pattern,
         "error": snap.error,
@@ -897,7 +955,7 @@ mod tests {
             master: "redis://u:pw@10.0.0.1:6379".into(),
             replicas: vec!["redis://10.0.0.2:6379?password=pw".into()],
         };
-        let shown = redis_json(&topology, true).to_string();
+        let shown = redis_json(&topology, None, true).to_string();
         assert!(!shown.contains("pw"), "{shown}");
         assert!(shown.contains("10.0.0.2:6379"), "{shown}");
     }

@@ -1556,6 +1556,13 @@ async fn console_in_chromium() {
         "the other locks stay: {other}"
     );
     assert!(!text_of(&client, "#status").await.contains("stale"));
+    // the header: the server, its role and health, as probed
+    let port = topo.ports()[0];
+    let node = text_of(&client, "#nodes .node.up").await;
+    assert!(
+        node.contains(&format!("127.0.0.1:{port}")) && node.contains("master"),
+        "{node}"
+    );
     let wide = screenshot(&client, "console-1280", true).await;
 
     // at 800 px: cards, nothing off screen
@@ -1600,7 +1607,7 @@ async fn console_in_chromium() {
         .unwrap();
     set_viewport(&client, 1280, 800).await;
     waiter.abort();
-    topo.kill(topo.ports()[0]);
+    topo.kill(port);
     wait_for_text(
         &client,
         "#stale",
@@ -1622,6 +1629,13 @@ async fn console_in_chromium() {
         "{status}"
     );
     assert!(status[2].as_str().unwrap().contains("is-stale"), "{status}");
+    wait_for_text(
+        &client,
+        "#nodes .node.down",
+        &format!("127.0.0.1:{port}"),
+        Duration::from_secs(10),
+    )
+    .await;
     let banner = text_of(&client, "#stale").await;
     assert!(banner.contains("showing the locks as of"), "{banner}");
     assert!(
