@@ -450,12 +450,10 @@ fn owner_of_field(field: &str) -> &str {
     if let Some(at) = after_process(field) {
         return &field[at..];
     }
-    if let Some((_, rest)) = field.split_once('~') {
-        if let Some(at) = after_process(rest) {
-            return &rest[at..];
-        }
-    }
     field
+        .split_once('~')
+        .and_then(|(_, rest)| Some(&rest[after_process(rest)?..]))
+        .unwrap_or(field)
 }
 
 /// An event of the runtime's journal: a lock force-unlocked (by the service named), or a hold
