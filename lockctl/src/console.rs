@@ -672,33 +672,41 @@ async fn style() -> Response {
     asset("text/css; charset=utf-8", CONSOLE_CSS)
 }
 
-/// The host and port (or socket path) of a Redis URL, without its user, password or query.
-fn address_of(url: &str) -> &str {
+/// The host and port (or socket path) of a Redis URL, without its user, password or query;
+/// `None` when that cannot be told safely (an `@` after the host: a password with a `/`, `?`
+/// or `#` in it, or in a query).
+fn address_of(url: &str) -> Option<&str> {
     let rest = url.split_once("://").map_or(url, |(_, rest)| rest);
-    let authority = rest.split(['?', '#']).next().unwrap_or_default();
-    let authority = authority.rsplit_once('@').map_or(authority, |(_, a)| a);
-    match authority.split_once('/') {
-        // a Unix socket (`redis+unix:///run/redis.sock`): its path
-        Some(("", _)) => authority,
-        Some((host, _)) => host,
-        None => authority,
+    let end = rest.find(['/', '?', '#']).unwrap_or(rest.len());
+    let (authority, tail) = rest.split_at(end);
+    if tail.contains('@') {
+        return None;
     }
+    let host = authority
+        .rsplit_once('@')
+        .map_or(authority, |(_, host)| host);
+    if !host.is_empty() {
+        return Some(host);
+    }
+    // a Unix socket (`redis+unix:///run/redis.sock`): its path
+    let path = tail.split(['?', '#']).next().unwrap_or_default();
+    (!path.is_empty()).then_some(path)
 }
 
-/// The nodes the configuration names, with their roles there: `[{"address", "role"}]`.
+/// The servers the configuration names, with their roles there.
 fn configured_nodes(topology: &Topology) -> Vec<(&str, &'static str)> {
+    fn shown(url: &str) -> &str {
+        address_of(url).unwrap_or("(address not shown)")
+    }
     match topology {
-        Topology::Single { url } => vec![(address_of(url), "master")],
-        Topology::Cluster { nodes } => nodes.iter().map(|n| (address_of(n), "seed")).collect(),
-        Topology::Sentinel { sentinels, .. } => sentinels
-            .iter()
-            .map(|n| (address_of(n), "sentinel"))
-            .collect(),
-        Topology::MasterSlave { master, replicas } => {
-            std::iter::once((address_of(master), "master"))
-                .chain(replicas.iter().map(|r| (address_of(r), "replica")))
-                .collect()
+        Topology::Single { url } => vec![(shown(url), "master")],
+        Topology::Cluster { nodes } => nodes.iter().map(|n| (shown(n), "seed")).collect(),
+        Topology::Sentinel { sentinels, .. } => {
+            sentinels.iter().map(|n| (shown(n), "sentinel")).collect()
         }
+        Topology::MasterSlave { master, replicas } => std::iter::once((shown(master), "master"))
+            .chain(replicas.iter().map(|r| (shown(r), "replica")))
+            .collect(),
         _ => Vec::new(),
     }
 }
@@ -939,22 +947,27 @@ mod tests {
 
     #[test]
     fn addresses_without_credentials() {
-        assert_eq!(address_of("redis://127.0.0.1:6379"), "127.0.0.1:6379");
+        assert_eq!(address_of("redis://127.0.0.1:6379"), Some("127.0.0.1:6379"));
         assert_eq!(
-            address_of("rediss://ops:s3cret@redis.internal:6380/2?password=x"),
-            "redis.internal:6380"
+            address_of("rediss://ops:s3cret@redis.internal:6380/2?db=1"),
+            Some("redis.internal:6380")
         );
-        assert_eq!(address_of("redis://:p@w@host:1"), "host:1");
+        assert_eq!(address_of("redis://:p@w@host:1"), Some("host:1"));
         assert_eq!(
             address_of("redis+unix:///run/redis.sock?db=1"),
-            "/run/redis.sock"
+            Some("/run/redis.sock")
         );
+        // where the password ends is unclear: nothing shown
+        assert_eq!(address_of("redis://u:p?w@host:1"), None);
+        assert_eq!(address_of("redis://u:1234/x@host:1"), None);
+        assert_eq!(address_of("redis://host:1?password=p@ss"), None);
         let topology = Topology::MasterSlave {
             master: "redis://u:pw@10.0.0.1:6379".into(),
             replicas: vec!["redis://10.0.0.2:6379?password=pw".into()],
         };
         let shown = redis_json(&topology, None, true).to_string();
         assert!(!shown.contains("pw"), "{shown}");
+        assert!(shown.contains("10.0.0.1:6379"), "{shown}");
         assert!(shown.contains("10.0.0.2:6379"), "{shown}");
     }
 
