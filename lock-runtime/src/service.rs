@@ -199,7 +199,7 @@ impl LockService {
     /// # Ok(()) }
     /// ```
     pub async fn is_locked(&self, key: &str) -> Result<bool, LockError> {
-        let info = self.inspect(key).await?;
+        let info = inspect::holds(&self.inner, &mutex::LAYOUT, key).await?;
         Ok(info.holder.is_some() || info.kept.is_some())
     }
 
@@ -279,7 +279,9 @@ impl LockService {
         let Some(owner) = owner::enclosing(self.inner.id(), &names.lock) else {
             return Ok(false);
         };
-        let holder = self.inspect(key).await?.holder;
+        let holder = inspect::holds(&self.inner, &mutex::LAYOUT, key)
+            .await?
+            .holder;
         Ok(holder.as_deref() == Some(&*self.inner.owner_field(&owner)))
     }
 

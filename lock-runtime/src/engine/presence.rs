@@ -105,14 +105,29 @@ pub(crate) async fn run(inner: Weak<Engine>) {
     }
 }
 
-/// This service's waiting callers: one `\n<lock key>\t<callers>` per lock.
+/// This service's waiting callers: one `\n<lock key>\t<callers>` per lock, with `%`, a line
+/// break and a tab of the key written `%25`, `%0A`, `%09`.
 fn report_lines(inner: &Engine) -> String {
     inner
         .local
         .waiting_lines()
         .iter()
-        .map(|(key, n)| format!("\n{key}\t{n}"))
+        .map(|(key, n)| format!("\n{}\t{n}", report_key(key)))
         .collect()
+}
+
+/// A lock key as a report line holds it.
+fn report_key(key: &str) -> String {
+    key.replace('%', "%25")
+        .replace('\n', "%0A")
+        .replace('\t', "%09")
+}
+
+/// A lock key as [`report_key`] wrote it.
+fn reported_key(text: &str) -> String {
+    text.replace("%0A", "\n")
+        .replace("%09", "\t")
+        .replace("%25", "%")
 }
 
 /// Writes this service's report (`""` removes it); whether Redis took it.
@@ -263,7 +278,7 @@ pub(crate) async fn reported_waiters(
         for line in report.split('\n').skip(1) {
             if let Some((lock, Ok(n))) = line.split_once('\t').map(|(l, n)| (l, n.parse())) {
                 by_lock
-                    .entry(lock.to_owned())
+                    .entry(reported_key(lock))
                     .or_default()
                     .push((service.clone(), n));
             }
@@ -338,4 +353,23 @@ pub(crate) async fn journal(inner: &Engine, limit: usize) -> Result<Vec<JournalE
             })
         })
         .collect())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn reported_keys_keep_line_breaks_tabs_and_percents() {
+        for key in ["lock:{a}", "lock:{a\nb\t%0A%}", "lock:{%25}"] {
+            let written = report_key(key);
+            assert!(!written.contains(['\n', '\t']));
+            assert_eq!(reported_key(&written), key);
+        }
+        assert_eq!(
+            report_until("1700000000000\nlock:{a}\t2"),
+            1_700_000_000_000
+        );
+        assert_eq!(report_until("junk"), 0);
+    }
 }

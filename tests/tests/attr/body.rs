@@ -354,3 +354,49 @@ fn unique_number() -> u64 {
         .as_nanos();
     (nanos as u64) ^ (u64::from(std::process::id()) << 40)
 }
+
+#[distributed_lock(key = "job:<name>", wait = "0s", hold_at_least = "2s")]
+async fn scheduled_job(name: &str, runs: &AtomicU32) -> Result<(), AppError> {
+    runs.fetch_add(1, Ordering::SeqCst);
+    Ok(())
+}
+
+/// `hold_at_least` on the attribute: the fn returns at once, the lock stays taken (by nobody)
+/// until the minimum hold ends, and a second firing meanwhile - here or in another service -
+/// skips the body.
+#[tokio::test]
+async fn a_minimum_hold_keeps_the_job_from_running_again_until_it_ends() {
+    let (_, probe) = setup().await;
+    let name = unique_key("nightly");
+    let key = format!("job:{name}");
+    let runs = AtomicU32::new(0);
+    let started = Instant::now();
+    scheduled_job(&name, &runs).await.unwrap();
+    assert!(
+        started.elapsed() < Duration::from_millis(1500),
+        "the fn waited out the minimum hold: {:?}",
+        started.elapsed()
+    );
+    let kept = probe.inspect(&key).await.unwrap().kept.expect("kept");
+    assert!(kept.left > Duration::from_millis(500), "{kept:?}");
+    let again = scheduled_job(&name, &runs).await.unwrap_err();
+    assert!(
+        matches!(&again, AppError::Lock(e) if e.is_timeout()),
+        "{again:?}"
+    );
+    let elsewhere = probe.try_lock(&key).await.unwrap_err();
+    assert!(elsewhere.is_timeout(), "{elsewhere}");
+    assert_eq!(runs.load(Ordering::SeqCst), 1);
+    // once it ends, the next run of the schedule runs
+    eventually("the minimum hold ends", Duration::from_secs(10), || async {
+        !probe.is_locked(&key).await.unwrap()
+    })
+    .await;
+    assert!(
+        started.elapsed() >= Duration::from_millis(1900),
+        "{:?}",
+        started.elapsed()
+    );
+    scheduled_job(&name, &runs).await.unwrap();
+    assert_eq!(runs.load(Ordering::SeqCst), 2);
+}
