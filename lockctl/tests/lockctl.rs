@@ -1414,13 +1414,13 @@ async fn console_in_chromium() {
     // a hold whose lease runs out while the console watches
     let cart = "cart:9".to_owned();
     let expiring = owner::chain("req-61", async {
-        locks.lock(&cart).lease(Duration::from_secs(2)).await
+        locks.lock(&cart).lease(Duration::from_secs(3)).await
     })
     .await
     .unwrap();
     client
         .wait()
-        .at_most(Duration::from_secs(2))
+        .at_most(Duration::from_millis(2500))
         .for_element(fantoccini::Locator::Css(&format!(
             "tr.lock[data-key=\"{cart}\"]"
         )))
