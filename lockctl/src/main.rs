@@ -205,9 +205,12 @@ fn config_path(flag: Option<PathBuf>) -> Result<PathBuf, Failure> {
     )))
 }
 
+/// Connects with the services' configuration, under a name of its own: the journal says that
+/// lockctl (on which host) force-unlocked a lock, not the service whose file it read.
 async fn connect(flag: Option<PathBuf>) -> Result<LockService, Failure> {
     let config = LockConfig::from_file(config_path(flag)?)?;
-    Ok(LockService::connect(config).await?)
+    let name = format!("lockctl@{}", LockConfig::default_instance_name());
+    Ok(LockService::connect(config.with_instance_name(name)).await?)
 }
 
 async fn run(cli: Cli) -> Result<(), Failure> {

@@ -697,12 +697,24 @@ impl LockConfig {
     pub fn prefix(&self) -> &str {
         &self.prefix
     }
-    /// The name this service shows to operators: the one set, else `hostname:pid`.
+    /// The name this service shows to operators: the one set, else
+    /// [`default_instance_name`](Self::default_instance_name).
     pub fn instance_name(&self) -> String {
         match &self.instance_name {
             Some(name) => name.clone(),
-            None => default_instance_name(),
+            None => Self::default_instance_name(),
         }
+    }
+
+    /// `hostname:pid` (the host's name as the kernel, `$HOSTNAME` or `$COMPUTERNAME` gives it),
+    /// the instance name of a service whose configuration sets none.
+    ///
+    /// ```
+    /// let name = lock_runtime::LockConfig::default_instance_name();
+    /// assert!(name.ends_with(&format!(":{}", std::process::id())));
+    /// ```
+    pub fn default_instance_name() -> String {
+        default_instance_name()
     }
     /// The lease of locks taken without one.
     pub fn watchdog_timeout(&self) -> Duration {
