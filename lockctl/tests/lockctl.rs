@@ -25,7 +25,16 @@ impl Fixture {
         let redis = match kind {
             Kind::Single => format!("mode = \"single\"\nurl = {:?}", topo.url()),
             Kind::Cluster => format!("mode = \"cluster\"\nnodes = {:?}", topo.node_urls()),
-            other => panic!("no fixture for {other:?}"),
+            Kind::Sentinel => format!(
+                "mode = \"sentinel\"\nmaster_name = {:?}\nsentinels = {:?}",
+                topo.master_name(),
+                topo.sentinel_urls()
+            ),
+            Kind::MasterReplicas => format!(
+                "mode = \"master-slave\"\nmaster = {:?}\nreplicas = {:?}",
+                topo.master_url(),
+                topo.replica_urls()
+            ),
         };
         Fixture::on(&redis, "").await
     }
@@ -328,10 +337,9 @@ async fn cli_on_a_cluster_scans_every_master() {
 }
 
 /// Who waits, per service, and a lock released under its minimum hold: done, kept until its
-/// time, not held by anybody.
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn cli_shows_waiters_per_service_and_kept_locks() {
-    let fx = Fixture::new(Kind::Single).await;
+/// time, not held by anybody; on every topology.
+async fn waiters_per_service_and_kept_locks(kind: Kind) {
+    let fx = Fixture::new(kind).await;
     let base = unique_key("waits");
     let job = format!("{base}:job");
     let guard = fx
@@ -363,6 +371,12 @@ async fn cli_shows_waiters_per_service_and_kept_locks() {
     let run = fx.lockctl(&["show", &job]).await;
     assert!(
         run.stdout.contains("billing-2 (billing-2~") && run.stdout.contains("1 caller"),
+        "{run:?}"
+    );
+    // the holder's instance (this process, unnamed: hostname:pid) and its age
+    assert!(
+        run.stdout.contains(&LockConfig::default_instance_name())
+            && run.stdout.contains("held for"),
         "{run:?}"
     );
     let list = json_list(&fx.lockctl(&["list", &pattern, "--json"]).await);
@@ -407,6 +421,26 @@ async fn cli_shows_waiters_per_service_and_kept_locks() {
     assert!(run.stdout.contains("done and kept for"), "{run:?}");
     let run = fx.lockctl(&["list", &pattern]).await;
     assert_eq!((run.code, run.stdout.as_str()), (0, "(no locks held)\n"));
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn cli_shows_waiters_per_service_and_kept_locks_on_a_single_node() {
+    waiters_per_service_and_kept_locks(Kind::Single).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn cli_shows_waiters_per_service_and_kept_locks_on_a_master_with_replicas() {
+    waiters_per_service_and_kept_locks(Kind::MasterReplicas).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn cli_shows_waiters_per_service_and_kept_locks_in_sentinel_mode() {
+    waiters_per_service_and_kept_locks(Kind::Sentinel).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn cli_shows_waiters_per_service_and_kept_locks_on_a_cluster() {
+    waiters_per_service_and_kept_locks(Kind::Cluster).await;
 }
 
 /// Fails when `out` holds a character that drives a terminal (a control character other than
