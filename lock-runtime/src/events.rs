@@ -43,7 +43,7 @@ use std::fmt;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
 
-use tokio::sync::broadcast;
+use tokio::sync::{broadcast, mpsc};
 
 use crate::metrics;
 use crate::owner::OwnerId;
@@ -198,24 +198,48 @@ impl LockEvent {
 /// The sending side of a service's events.
 #[derive(Debug)]
 pub(crate) struct Events {
-    sender: broadcast::Sender<LockEvent>,
+    sender: Sender,
+    /// The journal's side of [`Sender::journal`], taken once by the task that writes the
+    /// journal (see `engine::presence`).
+    journal: std::sync::Mutex<Option<mpsc::UnboundedReceiver<LockEvent>>>,
+}
+
+/// Where events go: the application's receivers, and, for the rare ones other processes
+/// cannot see (a hold lost, a force-unlock), the journal on Redis.
+#[derive(Debug, Clone)]
+pub(crate) struct Sender {
+    broadcast: broadcast::Sender<LockEvent>,
+    journal: mpsc::UnboundedSender<LockEvent>,
 }
 
 impl Default for Events {
     fn default() -> Self {
+        let (journal, journal_rx) = mpsc::unbounded_channel();
         Events {
-            sender: broadcast::Sender::new(CAPACITY),
+            sender: Sender {
+                broadcast: broadcast::Sender::new(CAPACITY),
+                journal,
+            },
+            journal: std::sync::Mutex::new(Some(journal_rx)),
         }
     }
 }
 
 impl Events {
     pub(crate) fn subscribe(&self) -> broadcast::Receiver<LockEvent> {
-        self.sender.subscribe()
+        self.sender.broadcast.subscribe()
     }
 
-    pub(crate) fn sender(&self) -> broadcast::Sender<LockEvent> {
+    pub(crate) fn sender(&self) -> Sender {
         self.sender.clone()
+    }
+
+    /// The events to journal (holds lost, force-unlocks); `None` after the first call.
+    pub(crate) fn take_journal(&self) -> Option<mpsc::UnboundedReceiver<LockEvent>> {
+        self.journal
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
+            .take()
     }
 
     /// Sends `event` to the receivers there are (none: nothing to do).
@@ -224,9 +248,13 @@ impl Events {
     }
 }
 
-fn send(sender: &broadcast::Sender<LockEvent>, event: LockEvent) {
-    if sender.receiver_count() > 0 {
-        let _ = sender.send(event);
+fn send(sender: &Sender, event: LockEvent) {
+    if matches!(event, LockEvent::Lost { .. } | LockEvent::ForceUnlocked { .. }) {
+        // nobody reads it once the service is gone: nothing to do then
+        let _ = sender.journal.send(event.clone());
+    }
+    if sender.broadcast.receiver_count() > 0 {
+        let _ = sender.broadcast.send(event);
     }
 }
 
@@ -239,7 +267,7 @@ pub(crate) struct HoldInfo {
     pub(crate) label: &'static str,
     pub(crate) owner: OwnerId,
     pub(crate) fence: u64,
-    events: broadcast::Sender<LockEvent>,
+    events: Sender,
     /// The loss was reported: a hold is lost once.
     lost: AtomicBool,
 }
@@ -251,7 +279,7 @@ impl HoldInfo {
         label: &'static str,
         owner: OwnerId,
         fence: u64,
-        events: broadcast::Sender<LockEvent>,
+        events: Sender,
     ) -> HoldInfo {
         HoldInfo {
             key,
@@ -298,7 +326,7 @@ impl HoldInfo {
     pub(crate) fn renewed(&self) {
         metrics::renewed(self.mode, self.label);
         tracing::trace!(kind = self.mode.label(), key = %self.key, owner = %self.owner, fence = self.fence, "lock renewed");
-        if self.events.receiver_count() > 0 {
+        if self.events.broadcast.receiver_count() > 0 {
             send(
                 &self.events,
                 LockEvent::Renewed {
@@ -316,7 +344,7 @@ impl HoldInfo {
     /// A renewal of the hold failed; the caller logs it.
     pub(crate) fn renewal_failed(&self, error: &dyn fmt::Display) {
         metrics::renewal_failed(self.mode, self.label);
-        if self.events.receiver_count() > 0 {
+        if self.events.broadcast.receiver_count() > 0 {
             send(
                 &self.events,
                 LockEvent::RenewalFailed {

@@ -18,8 +18,6 @@ use std::collections::HashMap;
 use std::sync::Weak;
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
-use tokio::sync::broadcast::error::RecvError;
-
 use super::core::Engine;
 use crate::error::LockError;
 use crate::events::LockEvent;
@@ -62,9 +60,9 @@ impl Engine {
 /// Reports waiting callers and journals rare events until the service is dropped or shuts
 /// down.
 pub(crate) async fn run(inner: Weak<Engine>) {
-    let Some((closing, mut events)) = inner
+    let Some((closing, Some(mut events))) = inner
         .upgrade()
-        .map(|inner| (inner.closing.clone(), inner.events.subscribe()))
+        .map(|inner| (inner.closing.clone(), inner.events.take_journal()))
     else {
         return;
     };
@@ -91,16 +89,10 @@ pub(crate) async fn run(inner: Weak<Engine>) {
                     }
                 }
             }
-            event = events.recv() => match event {
-                Ok(event) => {
-                    let Some(inner) = inner.upgrade() else { return };
-                    journal_event(&inner, &event).await;
-                }
-                Err(RecvError::Lagged(missed)) => {
-                    tracing::debug!(missed, "journal: events missed");
-                }
-                Err(RecvError::Closed) => return,
-            },
+            event = events.recv() => {
+                let (Some(event), Some(inner)) = (event, inner.upgrade()) else { return };
+                journal_event(&inner, &event).await;
+            }
         }
     }
 }
