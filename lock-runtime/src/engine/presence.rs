@@ -91,7 +91,17 @@ pub(crate) async fn run(inner: Weak<Engine>) {
             }
             event = events.recv() => {
                 let (Some(event), Some(inner)) = (event, inner.upgrade()) else { return };
-                journal_event(&inner, &event).await;
+                if !journal_event(&inner, &event).await {
+                    // Redis is away: what queued meanwhile would reach it late, each entry
+                    // after a timeout of its own; drop it
+                    let mut dropped = 0;
+                    while events.try_recv().is_ok() {
+                        dropped += 1;
+                    }
+                    if dropped > 0 {
+                        tracing::debug!(dropped, "journal entries dropped");
+                    }
+                }
             }
         }
     }
@@ -203,8 +213,9 @@ fn report_until(report: &str) -> u64 {
         .unwrap_or(0)
 }
 
-/// Journals a force-unlock by this service or a hold of it lost while held.
-async fn journal_event(inner: &Engine, event: &LockEvent) {
+/// Journals a force-unlock by this service or a hold of it lost while held; whether Redis took
+/// it.
+async fn journal_event(inner: &Engine, event: &LockEvent) -> bool {
     let (what, owner, detail) = match event {
         LockEvent::Lost { owner, reason, .. } => (
             JournalKind::Lost,
@@ -212,7 +223,7 @@ async fn journal_event(inner: &Engine, event: &LockEvent) {
             reason.to_string(),
         ),
         LockEvent::ForceUnlocked { .. } => (JournalKind::ForceUnlocked, None, String::new()),
-        _ => return,
+        _ => return true,
     };
     let key = inner.journal_key();
     let mut add = redis::cmd("XADD");
@@ -247,8 +258,12 @@ async fn journal_event(inner: &Engine, event: &LockEvent) {
         }
         Err(e) => Err(e),
     };
-    if let Err(e) = result {
-        tracing::debug!(error = %e, "could not journal an event");
+    match result {
+        Ok(_) => true,
+        Err(e) => {
+            tracing::debug!(error = %e, "could not journal an event");
+            false
+        }
     }
 }
 
