@@ -249,7 +249,10 @@ impl Events {
 }
 
 fn send(sender: &Sender, event: LockEvent) {
-    if matches!(event, LockEvent::Lost { .. } | LockEvent::ForceUnlocked { .. }) {
+    if matches!(
+        event,
+        LockEvent::Lost { .. } | LockEvent::ForceUnlocked { .. }
+    ) {
         // nobody reads it once the service is gone: nothing to do then
         let _ = sender.journal.send(event.clone());
     }
