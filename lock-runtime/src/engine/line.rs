@@ -54,6 +54,7 @@ impl Local {
             watched,
             state: WaiterState::Parked,
             passed: false,
+            refused: false,
             granted_at: Instant::now(),
             wake: wake.clone(),
         });
@@ -126,6 +127,7 @@ impl Local {
         if w.state == WaiterState::Attempting {
             w.state = WaiterState::Parked;
             w.passed = room;
+            w.refused = true;
             let joint = w.kind.joint;
             let next = state
                 .waiters
@@ -260,13 +262,21 @@ impl Local {
         self.lock().get(key).map_or(0, |s| s.waiters.len())
     }
 
-    /// Every lock key with callers of this service waiting for it, and how many.
+    /// Every lock key with callers of this service waiting for it, and how many (not a caller
+    /// whose first attempt is under way: an uncontended acquire waits for nobody).
     pub(crate) fn waiting_lines(&self) -> Vec<(LockKey, usize)> {
         self.lock()
             .iter()
-            .filter(|(_, s)| !s.waiters.is_empty())
-            .map(|(key, s)| (key.clone(), s.waiters.len()))
+            .filter_map(|(key, s)| {
+                let n = waiting(s);
+                (n > 0).then(|| (key.clone(), n))
+            })
             .collect()
+    }
+
+    /// [`waiting_lines`](Self::waiting_lines) of one lock key.
+    pub(crate) fn waiting_for(&self, key: &str) -> usize {
+        self.lock().get(key).map_or(0, waiting)
     }
 
     /// How many callers of this service wait in line for a hold of `kind` of `key`.
@@ -290,4 +300,14 @@ fn remove_waiter(state: &mut KeyState, id: u64) -> Option<Waiter> {
         wake_front(state);
     }
     Some(waiter)
+}
+
+/// The callers of a line that wait for another holder (see [`Local::waiting_lines`]): parked
+/// (behind another caller or a hold, or refused) or being handed the lock, and any caller
+/// refused before; not one whose first attempt is under way, nor one already granted.
+fn waiting(s: &KeyState) -> usize {
+    s.waiters
+        .iter()
+        .filter(|w| w.refused || matches!(w.state, WaiterState::Parked | WaiterState::Reserved))
+        .count()
 }

@@ -61,6 +61,9 @@ pub(super) struct Waiter {
     /// Its last attempt failed but the kind said a smaller request might fit: the waiters
     /// behind it may try too (see [`Local::park`]).
     pub(super) passed: bool,
+    /// An attempt of it was refused: it waits for another holder (what a waiting report
+    /// counts, with the waiters behind it).
+    pub(super) refused: bool,
     /// When the release that handed the lock over was sent: the lease runs from at most then.
     pub(super) granted_at: Instant,
     pub(super) wake: Arc<Notify>,

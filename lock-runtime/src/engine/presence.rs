@@ -310,7 +310,7 @@ pub(crate) fn waiters_of(
     for (service, n) in reported.unwrap_or_default() {
         counts.insert(service, Some(*n));
     }
-    let here = u32::try_from(inner.local.waiter_count(lock)).unwrap_or(u32::MAX);
+    let here = u32::try_from(inner.local.waiting_for(lock)).unwrap_or(u32::MAX);
     if here > 0 {
         counts.insert(&inner.service_id, Some(here));
     } else {
