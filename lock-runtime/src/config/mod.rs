@@ -714,8 +714,25 @@ impl LockConfig {
     /// assert!(name.ends_with(&format!(":{}", std::process::id())));
     /// ```
     pub fn default_instance_name() -> String {
-        default_instance_name()
+        let host = std::fs::read_to_string("/proc/sys/kernel/hostname")
+            .ok()
+            .or_else(|| std::env::var("HOSTNAME").ok())
+            .or_else(|| std::env::var("COMPUTERNAME").ok())
+            .unwrap_or_default();
+        let host: String = host
+            .trim()
+            .chars()
+            .filter(|c| !c.is_whitespace() && !c.is_control() && *c != '~')
+            .take(48)
+            .collect();
+        let host = if host.is_empty() {
+            "host".to_owned()
+        } else {
+            host
+        };
+        format!("{host}:{}", std::process::id())
     }
+
     /// The lease of locks taken without one.
     pub fn watchdog_timeout(&self) -> Duration {
         self.watchdog_timeout
@@ -751,26 +768,4 @@ pub(crate) fn is_tls_url(url: &str) -> bool {
     url.trim_start()
         .get(..9)
         .is_some_and(|scheme| scheme.eq_ignore_ascii_case("rediss://"))
-}
-
-/// `hostname:pid`: the host's name as the kernel (or `$HOSTNAME` / `$COMPUTERNAME`) gives it,
-/// cut to what an instance name may hold.
-fn default_instance_name() -> String {
-    let host = std::fs::read_to_string("/proc/sys/kernel/hostname")
-        .ok()
-        .or_else(|| std::env::var("HOSTNAME").ok())
-        .or_else(|| std::env::var("COMPUTERNAME").ok())
-        .unwrap_or_default();
-    let host: String = host
-        .trim()
-        .chars()
-        .filter(|c| !c.is_whitespace() && !c.is_control() && *c != '~')
-        .take(48)
-        .collect();
-    let host = if host.is_empty() {
-        "host".to_owned()
-    } else {
-        host
-    };
-    format!("{host}:{}", std::process::id())
 }
