@@ -468,8 +468,14 @@ pub(crate) async fn inspect(
     key: &str,
 ) -> Result<LockInfo, LockError> {
     engine.names(layout.namespace, key)?;
-    let reports = reports(engine).await;
-    inspect_with(engine, layout, key, &reports).await
+    // both calls at once: one `response_timeout` bounds the whole when Redis stalls
+    let none = HashMap::new();
+    let (reports, info) = tokio::join!(reports(engine), inspect_with(engine, layout, key, &none));
+    let mut info = info?;
+    if let Some(reported) = reports.get(&info.redis_key) {
+        presence::add_reported(engine, &mut info.waiters, reported);
+    }
+    Ok(info)
 }
 
 /// [`inspect`] without the other services' waiting counts (one call to Redis instead of two),

@@ -328,6 +328,29 @@ pub(crate) fn waiters_of(
     waiters
 }
 
+/// Adds the counts other services reported for a lock to `waiters` (as [`waiters_of`] gives
+/// them without reports); this service's own count stays the one counted here.
+pub(crate) fn add_reported(
+    inner: &Engine,
+    waiters: &mut Vec<ServiceWaiters>,
+    reported: &[(String, u32)],
+) {
+    for (service, n) in reported {
+        if *service == inner.service_id {
+            continue;
+        }
+        match waiters.iter_mut().find(|w| w.service == *service) {
+            Some(w) => w.waiting = Some(*n),
+            None => waiters.push(ServiceWaiters {
+                service: service.clone(),
+                instance_name: service_name(service).map(str::to_owned),
+                waiting: Some(*n),
+            }),
+        }
+    }
+    waiters.sort_by(|a, b| a.service.cmp(&b.service));
+}
+
 /// The latest `limit` entries of the journal, newest first.
 pub(crate) async fn journal(inner: &Engine, limit: usize) -> Result<Vec<JournalEntry>, LockError> {
     let entries: Vec<(String, Vec<(String, String)>)> = inner
