@@ -5,7 +5,7 @@
 //! | single | the server: `ROLE` on the service's connection; the replicas its reply lists |
 //! | master-slave | the master the same way (its list is not used); each configured replica: `ROLE` on a connection of its own |
 //! | sentinel | the current master as in single mode; each configured sentinel: `PING` on a connection of its own |
-//! | cluster | `CLUSTER NODES`, sent to every node the cluster client knows; the first answer is parsed |
+//! | cluster | `CLUSTER NODES`, sent at once through the cluster client to every node it knows and to each seed on a connection of its own; the first answer is parsed |
 //!
 //! Every probe, connecting included, ends after `redis.response_timeout`, and the probes of one
 //! call run at once. A server that does not answer is listed with the reason; the call fails
@@ -85,20 +85,64 @@ impl Backend {
                 }
                 nodes
             }
-            (Conn::Cluster(c), _) => {
-                let everyone = RoutingInfo::MultiNode((
-                    MultipleNodeRoutingInfo::AllNodes,
-                    Some(ResponsePolicy::OneSucceeded),
-                ));
+            (Conn::Cluster(c), Topology::Cluster { nodes: seeds }) => {
                 let mut con = c.commands.clone();
-                let started = Instant::now();
-                let ask = async {
+                let routed = async move {
+                    let everyone = RoutingInfo::MultiNode((
+                        MultipleNodeRoutingInfo::AllNodes,
+                        Some(ResponsePolicy::OneSucceeded),
+                    ));
                     let cmd = redis::cmd("CLUSTER").arg("NODES").clone();
-                    let reply = con.route_command(cmd, everyone).await?.extract_error()?;
-                    Ok(redis::from_redis_value::<String>(reply)?)
+                    let started = Instant::now();
+                    let call = async {
+                        let reply = con.route_command(cmd, everyone).await?.extract_error()?;
+                        Ok::<_, redis::RedisError>(redis::from_redis_value::<String>(reply)?)
+                    };
+                    match tokio::time::timeout(timeout, call).await {
+                        Ok(Ok(text)) => Ok((text, started.elapsed())),
+                        Ok(Err(e)) => Err(format!(
+                            "through the cluster client: {}",
+                            failed("CLUSTER NODES", &e)
+                        )),
+                        Err(_) => Err(format!(
+                            "through the cluster client: {}",
+                            no_answer(timeout)
+                        )),
+                    }
                 };
-                let text = self.timed("cluster nodes", ask).await?;
-                cluster_nodes(&text, started.elapsed())
+                let mut asked = tokio::task::JoinSet::new();
+                asked.spawn(routed);
+                for url in seeds {
+                    let probe = probe_once(single::client(url, config), "CLUSTER NODES", timeout);
+                    let seed = address(url);
+                    asked.spawn(async move {
+                        let (reply, latency) =
+                            probe.await.map_err(|why| format!("{seed}: {why}"))?;
+                        let text = redis::from_redis_value::<String>(reply)
+                            .map_err(|e| format!("{seed}: CLUSTER NODES: {e}"))?;
+                        Ok((text, latency))
+                    });
+                }
+                // the first node that answers describes the cluster; one stopped or slow node
+                // does not hold the call up
+                let mut why = Vec::new();
+                loop {
+                    match asked.join_next().await {
+                        Some(Ok(Ok((text, latency)))) => break cluster_nodes(&text, latency),
+                        Some(Ok(Err(e))) => why.push(e),
+                        Some(Err(e)) => why.push(e.to_string()),
+                        None => {
+                            return Err(LockError::new(
+                                ErrorKind::Backend,
+                                format!(
+                                    "no redis cluster node answered CLUSTER NODES ({})",
+                                    why.join("; ")
+                                ),
+                            )
+                            .naming_user(self.username.as_deref()));
+                        }
+                    }
+                }
             }
             _ => {
                 return Err(LockError::new(
@@ -152,8 +196,8 @@ async fn ask<C: ConnectionLike + Send>(mut con: C, command: &str, timeout: Durat
     }
 }
 
-/// Connects to a server with `client` on a connection of its own and sends `command` there,
-/// all within `timeout`; the connection is closed afterwards.
+/// Connects to a server with `client` on a connection of its own and sends `command` (its
+/// words separated by spaces) there, all within `timeout`; the connection is closed afterwards.
 async fn probe_once(
     client: Result<redis::Client, LockError>,
     command: &'static str,
@@ -171,8 +215,13 @@ async fn probe_once(
                 true => format!("not reachable: {e}"),
                 false => format!("cannot connect: {e}"),
             })?;
+        let mut words = command.split(' ');
+        let mut cmd = redis::cmd(words.next().unwrap_or_default());
+        for word in words {
+            cmd.arg(word);
+        }
         let started = Instant::now();
-        let reply = redis::cmd(command)
+        let reply = cmd
             .query_async::<Value>(&mut con)
             .await
             .map_err(|e| failed(command, &e))?;
