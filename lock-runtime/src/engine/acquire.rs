@@ -160,7 +160,10 @@ impl Engine {
         if kind.reentrant && self.local.holds_any(&names.lock, &field) {
             let grant = new_grant_id();
             let sent = Instant::now();
-            let ask = Ask::Grant { horizon_ms: 0 };
+            let ask = Ask::Grant {
+                horizon_ms: 0,
+                fresh: self.registered.fresh(&names.lock),
+            };
             if let Attempt::Granted(token) | Attempt::Holding(token) =
                 self.attempt(&target, &field, &grant, lease_ms, ask).await?
             {
@@ -228,10 +231,16 @@ impl Engine {
                 Turn::Attempt => {
                     let sent = Instant::now();
                     let horizon_ms = self.waiter_horizon(deadline);
-                    match self
-                        .attempt(&target, &field, &grant, lease_ms, Ask::Grant { horizon_ms })
-                        .await?
-                    {
+                    let fresh = self.registered.fresh(&names.lock);
+                    let ask = Ask::Grant { horizon_ms, fresh };
+                    let attempt = self.attempt(&target, &field, &grant, lease_ms, ask).await;
+                    if !matches!(attempt, Ok(Attempt::Granted(_) | Attempt::Holding(_))) {
+                        // refused, which registered this service as waiting, or an outcome
+                        // not known, which may have
+                        let horizon = Duration::from_millis(horizon_ms);
+                        self.registered.note(&names.lock, sent, horizon);
+                    }
+                    match attempt? {
                         Attempt::Granted(token) | Attempt::Holding(token) => {
                             ticket.done = true;
                             let cell = self.local.leave_granted(&names.lock, id, sent);

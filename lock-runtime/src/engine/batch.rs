@@ -151,7 +151,11 @@ impl Engine {
                     lease_ms,
                     ask,
                 } => call
-                    .arg(if *ask == Ask::Chained { "A" } else { "a" })
+                    .arg(match ask {
+                        Ask::Chained => "A",
+                        Ask::Grant { fresh: true, .. } => "f",
+                        _ => "a",
+                    })
                     .arg(&**owner)
                     .arg(&**grant)
                     .arg(lease_ms)

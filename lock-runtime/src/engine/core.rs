@@ -37,6 +37,8 @@ pub(crate) struct Engine {
     pub(crate) resubscribing: std::sync::atomic::AtomicBool,
     pub(crate) runtime: tokio::runtime::Handle,
     pub(crate) batcher: Batcher,
+    /// The locks this service may be registered for as waiting (see `registered`).
+    pub(crate) registered: super::registered::Registered,
     /// What happens to this service's holds, for [`LockService::events`](crate::LockService::events).
     pub(crate) events: Events,
     /// Cancelled when the service shuts down (see `shutdown`): acquires are refused, waits
@@ -54,6 +56,7 @@ impl Engine {
         let name = config.instance_name();
         Engine {
             ops_scripts: Default::default(),
+            registered: Default::default(),
             backend,
             local: Local::default(),
             service_id: format!("{name}~{}", uuid::Uuid::new_v4().simple()),

@@ -99,6 +99,13 @@ impl Engine {
         keep_until: Option<Instant>,
     ) -> Result<Released, LockError> {
         let names = &target.names;
+        if reservation.is_some() {
+            // a release that yields to another service registers this one, whose waiter is
+            // next (release.lua)
+            let horizon = Self::waiter_horizon_of(&self.config, None);
+            let horizon = Duration::from_millis(horizon);
+            self.registered.note(&names.lock, Instant::now(), horizon);
+        }
         let op = Op::Release {
             target: target.clone(),
             owner: field.clone(),

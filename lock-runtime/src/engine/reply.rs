@@ -23,7 +23,8 @@ pub(crate) enum Attempt {
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub(crate) enum Ask {
     /// A new grant; stay registered as waiting for this many ms after a failure (0: do not).
-    Grant { horizon_ms: u64 },
+    /// `fresh`: this service is not registered as waiting for the lock (see `registered`).
+    Grant { horizon_ms: u64, fresh: bool },
     /// Confirm (and extend) the owner's grant with this attempt's grant id; never grant.
     Confirm,
     /// A new grant without waiting, in a run of such operations sent in one call that stops
@@ -35,7 +36,7 @@ impl Ask {
     /// The horizon argument of the kind's `acquire`.
     pub(crate) fn horizon_arg(self) -> i64 {
         match self {
-            Ask::Grant { horizon_ms } => i64::try_from(horizon_ms).unwrap_or(i64::MAX),
+            Ask::Grant { horizon_ms, .. } => i64::try_from(horizon_ms).unwrap_or(i64::MAX),
             Ask::Confirm => -1,
             Ask::Chained => 0,
         }

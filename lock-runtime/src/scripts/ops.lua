@@ -7,6 +7,8 @@
 --   'a', owner field, grant id, lease in ms, waiter horizon in ms, kind's extra  (acquire)
 --   'A': like 'a', but the run stops at this operation when it is not granted (or fails): the
 --        operations after it are not run and reply -2, 'not run', 0 (all-or-nothing batches)
+--   'f': like 'a', from a service that is not registered as waiting for the lock: the kind's
+--        acquire may try the lock before it looks at anything else (its `fresh` parameter)
 --   'r', owner field, grant id, next owner field or '', its grant id, its lease  (release)
 -- Every kind's acquire replies 1, token, 0 (granted) | 2, token, n (the owner holds it under
 -- this grant id) | 0, ms, room (not now; look again in about ms; room > 0: another request
@@ -21,9 +23,9 @@
 if #KEYS == $KEYS then
   -- a lone caller's operation, the common case when there is no load: a failure fails the call,
   -- which is its failure alone, so it goes without the loop and pcall
-  if ARGV[2] == 'a' or ARGV[2] == 'A' then
+  if ARGV[2] ~= 'r' then
     return {acquire(KEYS[1], KEYS[2], KEYS[3], $TURN_1, ARGV[3], ARGV[4], ARGV[5], ARGV[6],
-      ARGV[7])}
+      ARGV[7], ARGV[2] == 'f')}
   end
   return {release(KEYS[1], KEYS[2], KEYS[3], $TURN_1, ARGV[3], ARGV[4], ARGV[5], ARGV[6],
     ARGV[7])}
@@ -35,9 +37,9 @@ for i = 1, #KEYS / $KEYS do
   local ok, code, x, y
   if stopped then
     ok, code, x, y = true, -2, 'not run', 0
-  elseif ARGV[a] == 'a' or ARGV[a] == 'A' then
+  elseif ARGV[a] ~= 'r' then
     ok, code, x, y = pcall(acquire, KEYS[k], KEYS[k + 1], KEYS[k + 2], $TURN_K,
-      ARGV[a + 1], ARGV[a + 2], ARGV[a + 3], ARGV[a + 4], ARGV[a + 5])
+      ARGV[a + 1], ARGV[a + 2], ARGV[a + 3], ARGV[a + 4], ARGV[a + 5], ARGV[a] == 'f')
   else
     ok, code, x, y = pcall(release, KEYS[k], KEYS[k + 1], KEYS[k + 2], $TURN_K,
       ARGV[a + 1], ARGV[a + 2], ARGV[a + 3], ARGV[a + 4], ARGV[a + 5])

@@ -575,13 +575,17 @@ impl Drop for Monitor {
     }
 }
 
+/// Whether a `MONITOR` line carries an acquire operation of `ops.lua`: `"a"`, or `"f"`, the
+/// first attempt of a service not registered as waiting.
+pub fn acquire_op(line: &str) -> bool {
+    line.contains(" \"a\" ") || line.contains(" \"f\" ")
+}
+
 /// A `MONITOR` filter: the lock operations (`ops.lua`) that acquire the lock `key` - an
-/// `EVALSHA` naming the lock's waiting set with an `"a"` (acquire) operation.
+/// `EVALSHA` naming the lock's waiting set with an acquire operation ([`acquire_op`]).
 pub fn acquires_of(key: &str) -> impl Fn(&str) -> bool + Send + 'static {
     let queue = format!("\"{}:wq\"", lock_key(key));
-    move |line: &str| {
-        line.contains("\"EVALSHA\"") && line.contains(&queue) && line.contains(" \"a\" ")
-    }
+    move |line: &str| line.contains("\"EVALSHA\"") && line.contains(&queue) && acquire_op(line)
 }
 
 /// One `#[tokio::test]` per body and topology, in a module per topology (`single`,

@@ -1,11 +1,13 @@
 //! The mutex (`LockService::lock`): its semantics on a single node, across OS processes, on
-//! every topology, and its fair waiting and wake-ups; and the blocking API (`blocking`).
+//! every topology, and its fair waiting and wake-ups; what its operations cost Redis (`cost`);
+//! and the blocking API (`blocking`).
 
 #[macro_use]
 #[path = "../common/mod.rs"]
 mod common;
 
 mod blocking;
+mod cost;
 mod processes;
 mod single_node;
 mod topologies;

@@ -3,14 +3,25 @@
 -- Lock key, fence counter, waiting-services zset, (unused); owner field; grant id of this
 -- attempt (16 hex digits); lease in ms; waiter horizon in ms ('0': the caller will not wait, do
 -- not register it; '-1': confirm a hold the owner has under this grant id, never grant); extra
--- (unused)
+-- (unused); fresh: this service is not registered as waiting for the lock (ops.lua's 'f')
 -- Returns three values: 1, token, 0: granted to this attempt | 2, token, grants: the owner
 -- holds it under this grant id (a confirmed re-entry, or this very attempt run before), or, for
 -- an owner that is the same in every process ('mesh:' fields), a grant of another process that
 -- this one now shares | 0, ms, 0: held by another owner or generation (or it is another
 -- service's turn) for about ms. Tokens are integers.
-local function acquire(lock, fence_key, queue, _, owner, grant_id, lease, horizon, _)
+local function acquire(lock, fence_key, queue, _, owner, grant_id, lease, horizon, _, fresh)
   local lease_ms = checked_lease(lease)
+  if fresh and horizon ~= '-1' then
+    -- the uncontended case in one write: a free lock is taken at once. Its state is 'H' also
+    -- when other services are still registered (their registrations outlived a lease or a
+    -- turn that ran out): their next attempt, due by then, finds it held and marks it 'W'.
+    -- This service is not registered, so there is no registration of its own to remove. A
+    -- lock that is taken costs the token drawn for it (tokens only need to increase).
+    local token = next_token(fence_key)
+    if redis.call('set', lock, held('H', token, grant_id, owner), 'nx', 'px', lease_ms) then
+      return 1, tonumber(token), 0
+    end
+  end
   local v = redis.call('get', lock)
   if not v then
     if horizon == '-1' then

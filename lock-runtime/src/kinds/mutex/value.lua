@@ -1,7 +1,9 @@
 -- The mutex kind's data: one string `<prefix>{<key>}` per lock, whose expiry is the lease,
 --   state .. token .. grant ids .. '|' .. owner field
--- - state, one character: 'H' held, and no service was registered as waiting at the grant or
---   has registered since (its release just deletes the key); 'W' held, and services are
+-- - state, one character: 'H' held, and no service has registered as waiting since the grant
+--   (nor was one seen at the grant, except by a fresh attempt, which does not look: a service
+--   whose registration outlived a lease finds the lock held when it looks again and marks it
+--   'W'); its release just deletes the key; 'W' held, and services are
 --   registered as waiting (its release looks for the next turn); 'T' nobody holds it: the next turn is reserved for
 --   the service named in place of the owner field, for the length of a turn (token zero, no
 --   grant ids), or, when that field is 'done:' .. the last owner's field, the lock is kept after
@@ -13,7 +15,8 @@
 -- - owner field: any text (the first '|' after the grant ids ends them).
 -- The lock's waiting services `<lock>:wq` and its channel `<lock>:ch` are written only when a
 -- service waits: an uncontended acquire and release write the lock key and the fence counter of
--- its slot, nothing else (the acquire asks whether `<lock>:wq` exists).
+-- its slot, nothing else (a fresh acquire takes a free lock with `SET NX` at once; any other
+-- acquire asks whether `<lock>:wq` exists and removes its service from it).
 
 -- The state, token text, grant ids and owner field of a mutex's value; fails (before anything
 -- is written) on a string this library did not write.

@@ -1,0 +1,125 @@
+//! What lock operations cost Redis, counted on a server of its own: the commands an
+//! uncontended pair runs inside its script calls, and the calls concurrent callers share.
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use crate::common::{Fixture, Monitor, evalsha_calls, lock_key};
+use lock_tests::harness::{Spec, unique_key};
+
+const LONG_WATCHDOG: Duration = Duration::from_secs(30);
+
+/// The commands scripts ran on `lock` (its key, counter and waiting set), by name, in order:
+/// the `MONITOR` lines of the `lua` client.
+fn script_commands(monitor: &Monitor) -> Vec<String> {
+    monitor
+        .lines()
+        .iter()
+        .filter(|l| l.contains(" lua] "))
+        .filter_map(|l| l.split(" lua] ").nth(1))
+        .filter_map(|rest| rest.split(' ').next())
+        .map(|name| name.trim_matches('"').to_lowercase())
+        .collect()
+}
+
+/// An uncontended acquire takes the free lock in one write: its script draws the token (`TIME`,
+/// `SET .. GET` on the slot's counter) and sets the lock with `SET NX`; the release reads the
+/// lock and deletes it. Five commands in two script calls per pair, never the waiting set -
+/// also for a service that waited for the lock before, once its wait is over.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_uncontended_pair_runs_five_commands_in_two_script_calls() {
+    let fx = Fixture::own(Spec::Single).await;
+    let (a, b) = (
+        fx.service(LONG_WATCHDOG).await,
+        fx.service(LONG_WATCHDOG).await,
+    );
+    let key = unique_key("pair-cost");
+    let lock = lock_key(&key);
+    // the script is loaded and the connections are up before counting
+    a.lock(&key).await.unwrap().release().await.unwrap();
+    let port = fx.topo().master_port();
+    let pair = ["time", "set", "set", "get", "del"];
+
+    let monitor = Monitor::start(port, |l| l.contains("pair-cost") || l.contains(" lua] ")).await;
+    for _ in 0..3 {
+        a.lock(&key).await.unwrap().release().await.unwrap();
+    }
+    monitor.sync().await;
+    let calls = monitor
+        .lines()
+        .iter()
+        .filter(|l| l.contains("\"EVALSHA\""))
+        .count();
+    assert_eq!(calls, 6, "{:#?}", monitor.lines());
+    assert_eq!(
+        script_commands(&monitor),
+        pair.repeat(3),
+        "{:#?}",
+        monitor.lines()
+    );
+
+    // B waits while A holds (registered as waiting), then takes its turn: the waiting set is
+    // used while a service waits
+    let held = a.lock(&key).await.unwrap();
+    let (b2, k) = (b.clone(), key.clone());
+    let waiter = tokio::spawn(async move { b2.lock(&k).wait(Duration::from_secs(10)).await });
+    let queue = format!("{lock}:wq");
+    crate::common::eventually("B registered as waiting", Duration::from_secs(5), || {
+        let queue = queue.clone();
+        let mut con = fx.redis();
+        async move {
+            let n: i64 = redis::cmd("ZCARD").arg(&queue).query(&mut con).unwrap();
+            n == 1
+        }
+    })
+    .await;
+    held.release().await.unwrap();
+    waiter.await.unwrap().unwrap().release().await.unwrap();
+
+    // A never waited: its pairs stay as cheap
+    let monitor = Monitor::start(port, |l| l.contains("pair-cost") || l.contains(" lua] ")).await;
+    a.lock(&key).await.unwrap().release().await.unwrap();
+    monitor.sync().await;
+    assert_eq!(script_commands(&monitor), pair, "{:#?}", monitor.lines());
+}
+
+/// The README's figure: "64 concurrent callers share about one call per ten operations". 64
+/// tasks lock and release keys of their own; the script calls Redis ran (`INFO commandstats`, on
+/// a server of its own) are at most one per five operations.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn sixty_four_concurrent_callers_share_script_calls() {
+    const CALLERS: usize = 64;
+    const PAIRS: usize = 20;
+    let fx = Fixture::own(Spec::Single).await;
+    let locks = fx.service(LONG_WATCHDOG).await;
+    // the script is loaded and the connections are up before counting
+    locks
+        .lock(unique_key("warm-up"))
+        .await
+        .unwrap()
+        .release()
+        .await
+        .unwrap();
+    let mut con = fx.redis();
+    let calls_before = evalsha_calls(&mut con);
+    let start = Arc::new(tokio::sync::Barrier::new(CALLERS));
+    let mut tasks = tokio::task::JoinSet::new();
+    for i in 0..CALLERS {
+        let (locks, start) = (locks.clone(), start.clone());
+        tasks.spawn(async move {
+            let key = unique_key(&format!("batched-{i}"));
+            start.wait().await;
+            for _ in 0..PAIRS {
+                locks.lock(&key).await.unwrap().release().await.unwrap();
+            }
+        });
+    }
+    tasks.join_all().await;
+    let calls = evalsha_calls(&mut con) - calls_before;
+    let ops = CALLERS * PAIRS * 2;
+    println!("{ops} operations in {calls} script calls");
+    assert!(
+        calls as usize * 5 <= ops,
+        "{ops} operations of {CALLERS} concurrent callers took {calls} script calls"
+    );
+}
