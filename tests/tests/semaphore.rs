@@ -789,11 +789,20 @@ async fn a_dropped_permit_is_no_longer_renewed() {
 /// proxy (200 ms) and the caller gives up while it is on its way: Redis made the grant (the
 /// fence counter moved), and the permits are free again once the reply arrives, not after the
 /// 30 s lease. A caller cancelled while it waits takes nothing either, even when a release
-/// wakes it at that moment.
+/// wakes it at that moment; each new waiter finds its service the only one registered as
+/// waiting, also after the grant that the cancelled waiter of the round before got late made
+/// the other service wait for the permits it gave back.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn cancelled_acquires_give_their_permits_back() {
-    let (fx, proxy, a) = behind_proxy(|c| c.with_response_timeout(Duration::from_secs(3))).await;
-    let direct = fx.service(LONG).await;
+    // named, so that the waiting set's members (`<instance name>~<id>`) tell who is who
+    let (fx, proxy, a) = behind_proxy(|c| {
+        c.with_response_timeout(Duration::from_secs(3))
+            .with_instance_name("proxied")
+    })
+    .await;
+    let direct = LockService::connect(fx.config(LONG).with_instance_name("direct"))
+        .await
+        .unwrap();
     let name = unique_key("sem-cancel");
     let fence_key = direct.fence_key(LockKind::Semaphore, &name).unwrap();
     let fence = || -> Option<u64> {
@@ -847,18 +856,30 @@ async fn cancelled_acquires_give_their_permits_back() {
                 async move { sa.acquire().lease(LONG).wait(Duration::from_secs(10)).await },
             )
         };
-        eventually(
-            "the waiter is registered",
-            Duration::from_secs(5),
-            || async {
-                let n: i64 = redis::cmd("ZCARD")
-                    .arg(format!("{}:wq", sem_hash(&name)))
-                    .query(&mut fx.redis())
-                    .unwrap();
-                n == 1
-            },
-        )
-        .await;
+        // the proxied service alone: the direct one got its permits, it waits no more (even
+        // when a late grant of the cancelled waiter of the round before made it wait)
+        let registered = || {
+            let set = waiting_set(&fx, &name);
+            set.len() == 1 && set[0].0.starts_with("proxied~")
+        };
+        let deadline = Instant::now() + Duration::from_secs(5);
+        while !registered() {
+            if Instant::now() >= deadline {
+                let info = a.inspect_kind(LockKind::Semaphore, &name).await.unwrap();
+                panic!(
+                    "round {round}: the waiter's service is not the one service registered \
+                     as waiting within 5 s: waiting set {:?} (member, registered until in \
+                     server ms; server time {}), grants {:?}, waiters of the proxied service \
+                     here: {}, waiter finished: {}",
+                    waiting_set(&fx, &name),
+                    server_ms(&fx),
+                    grants_on_redis(&fx, &name),
+                    info.local_waiters,
+                    waiter.is_finished(),
+                );
+            }
+            tokio::time::sleep(Duration::from_millis(10)).await;
+        }
         let release = held.release();
         let cancel = async {
             tokio::time::sleep(Duration::from_millis(round)).await;
