@@ -42,6 +42,25 @@ fn grants_on_redis(fx: &Fixture, name: &str) -> HashMap<String, String> {
         .collect()
 }
 
+/// The services registered as waiting for the semaphore `name` (its `:wq` zset): member ->
+/// registered until (server ms).
+fn waiting_set(fx: &Fixture, name: &str) -> Vec<(String, u64)> {
+    let queue = format!("{}:wq", sem_hash(name));
+    redis::cmd("ZRANGE")
+        .arg(&queue)
+        .arg(0)
+        .arg(-1)
+        .arg("WITHSCORES")
+        .query(&mut fx.conn_for(&queue))
+        .unwrap()
+}
+
+/// The server's clock in ms (the waiting set's scores are in it).
+fn server_ms(fx: &Fixture) -> u64 {
+    let (s, us): (u64, u64) = redis::cmd("TIME").query(&mut fx.redis()).unwrap();
+    s * 1000 + us / 1000
+}
+
 /// The permits the grants on Redis hold, live or not.
 fn permits_on_redis(fx: &Fixture, name: &str) -> u64 {
     grants_on_redis(fx, name)
@@ -770,11 +789,20 @@ async fn a_dropped_permit_is_no_longer_renewed() {
 /// proxy (200 ms) and the caller gives up while it is on its way: Redis made the grant (the
 /// fence counter moved), and the permits are free again once the reply arrives, not after the
 /// 30 s lease. A caller cancelled while it waits takes nothing either, even when a release
-/// wakes it at that moment.
+/// wakes it at that moment; each new waiter finds its service the only one registered as
+/// waiting, also after the grant that the cancelled waiter of the round before got late made
+/// the other service wait for the permits it gave back.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn cancelled_acquires_give_their_permits_back() {
-    let (fx, proxy, a) = behind_proxy(|c| c.with_response_timeout(Duration::from_secs(3))).await;
-    let direct = fx.service(LONG).await;
+    // named, so that the waiting set's members (`<instance name>~<id>`) tell who is who
+    let (fx, proxy, a) = behind_proxy(|c| {
+        c.with_response_timeout(Duration::from_secs(3))
+            .with_instance_name("proxied")
+    })
+    .await;
+    let direct = LockService::connect(fx.config(LONG).with_instance_name("direct"))
+        .await
+        .unwrap();
     let name = unique_key("sem-cancel");
     let fence_key = direct.fence_key(LockKind::Semaphore, &name).unwrap();
     let fence = || -> Option<u64> {
@@ -828,18 +856,30 @@ async fn cancelled_acquires_give_their_permits_back() {
                 async move { sa.acquire().lease(LONG).wait(Duration::from_secs(10)).await },
             )
         };
-        eventually(
-            "the waiter is registered",
-            Duration::from_secs(5),
-            || async {
-                let n: i64 = redis::cmd("ZCARD")
-                    .arg(format!("{}:wq", sem_hash(&name)))
-                    .query(&mut fx.redis())
-                    .unwrap();
-                n == 1
-            },
-        )
-        .await;
+        // the proxied service alone: the direct one got its permits, it waits no more (even
+        // when a late grant of the cancelled waiter of the round before made it wait)
+        let registered = || {
+            let set = waiting_set(&fx, &name);
+            set.len() == 1 && set[0].0.starts_with("proxied~")
+        };
+        let deadline = Instant::now() + Duration::from_secs(5);
+        while !registered() {
+            if Instant::now() >= deadline {
+                let info = a.inspect_kind(LockKind::Semaphore, &name).await.unwrap();
+                panic!(
+                    "round {round}: the waiter's service is not the one service registered \
+                     as waiting within 5 s: waiting set {:?} (member, registered until in \
+                     server ms; server time {}), grants {:?}, waiters of the proxied service \
+                     here: {}, waiter finished: {}",
+                    waiting_set(&fx, &name),
+                    server_ms(&fx),
+                    grants_on_redis(&fx, &name),
+                    info.local_waiters,
+                    waiter.is_finished(),
+                );
+            }
+            tokio::time::sleep(Duration::from_millis(10)).await;
+        }
         let release = held.release();
         let cancel = async {
             tokio::time::sleep(Duration::from_millis(round)).await;
@@ -1086,6 +1126,90 @@ async fn a_release_wakes_a_smaller_request_behind_a_larger_one() {
         .unwrap()
         .unwrap();
     assert_eq!(both.count(), 2);
+    both.release().await.unwrap();
+}
+
+/// A service counts as waiting for a semaphore (it is a member of `<sem>:wq`, which makes every
+/// release publish a wake-up and which `inspect` reports as `waiting_services`) while a caller
+/// of it waits, not after its last waiter got its permits: W1 (2 permits) and W2 (1 permit,
+/// behind W1) of one service wait while another holds both permits; one is released and W2
+/// gets it while W1 waits on (the service stays registered, so the next release wakes W1);
+/// the other is released, W1 gets both, and the service leaves the waiting set at once,
+/// not when its registration runs out 11 s later.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_service_whose_last_waiter_got_its_permits_no_longer_counts_as_waiting() {
+    let fx = Fixture::single().await;
+    let holder = LockService::connect(fx.config(LONG).with_instance_name("holder"))
+        .await
+        .unwrap();
+    let waiting = LockService::connect(fx.config(LONG).with_instance_name("waiting"))
+        .await
+        .unwrap();
+    let name = unique_key("sem-granted-leaves");
+    let sh = holder.semaphore(&name, 2);
+    let first = sh.acquire().lease(LONG).await.unwrap();
+    let second = sh.acquire().lease(LONG).await.unwrap();
+    let sw = waiting.semaphore(&name, 2);
+    let w1 = {
+        let sw = sw.clone();
+        tokio::spawn(async move {
+            sw.acquire_many(2)
+                .lease(LONG)
+                .wait(Duration::from_secs(10))
+                .await
+        })
+    };
+    let members = || -> Vec<String> {
+        waiting_set(&fx, &name)
+            .into_iter()
+            .map(|(member, _)| member)
+            .collect()
+    };
+    let registered = |set: &[String]| set.len() == 1 && set[0].starts_with("waiting~");
+    eventually("W1 is registered", Duration::from_secs(5), || async {
+        registered(&members())
+    })
+    .await;
+    let w2 = {
+        let sw = sw.clone();
+        tokio::spawn(async move { sw.acquire().lease(LONG).wait(Duration::from_secs(10)).await })
+    };
+    common::waiters_in_line_of(&waiting, LockKind::Semaphore, &name, 2).await;
+    first.release().await.unwrap();
+    let one = tokio::time::timeout(Duration::from_secs(5), w2)
+        .await
+        .expect("W2 got the free permit")
+        .unwrap()
+        .unwrap();
+    assert!(!w1.is_finished(), "W1 cannot have 2 permits");
+    assert!(
+        registered(&members()),
+        "W1 still waits, so its service must stay registered: waiting set {:?}",
+        waiting_set(&fx, &name)
+    );
+    one.release().await.unwrap();
+    second.release().await.unwrap();
+    let both = tokio::time::timeout(Duration::from_secs(5), w1)
+        .await
+        .expect("W1 was woken by the release and got both permits")
+        .unwrap()
+        .unwrap();
+    let deadline = Instant::now() + Duration::from_secs(2);
+    while !members().is_empty() {
+        assert!(
+            Instant::now() < deadline,
+            "nobody waits, yet the waiting set still holds {:?} (member, registered until in \
+             server ms; server time {})",
+            waiting_set(&fx, &name),
+            server_ms(&fx),
+        );
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
+    let info = holder
+        .inspect_kind(LockKind::Semaphore, &name)
+        .await
+        .unwrap();
+    assert_eq!(info.waiting_services, 0, "{info:?}");
     both.release().await.unwrap();
 }
 

@@ -2,10 +2,11 @@
 //! and giving back what a caller that left was granted.
 
 use std::future::Future;
-use std::sync::Arc;
+use std::sync::{Arc, LazyLock};
 use std::time::{Duration, Instant};
 
 use rand::Rng;
+use redis::Script;
 use tokio::sync::Notify;
 use tokio_util::sync::CancellationToken;
 use tracing::Instrument;
@@ -15,6 +16,7 @@ use super::core::{Engine, replica_sync_error};
 use super::guard::Guard;
 use super::ids::{GrantId, OwnerField, new_grant_id};
 use super::line::Turn;
+use super::names::KeyNames;
 use super::reply::{Ask, Attempt, parse_attempt};
 use super::target::Target;
 use crate::detach::Detachable;
@@ -214,7 +216,8 @@ impl Engine {
                 Turn::Granted { token, since } => {
                     ticket.done = true;
                     path.how = How::HandOff;
-                    let cell = self.local.leave_granted(&names.lock, id, since);
+                    let (cell, registered) = self.local.leave_granted(&names.lock, id, since);
+                    self.leave_after_grant(&target, registered);
                     return Ok(guard(self, token, &grant, cell));
                 }
                 Turn::Wait => {}
@@ -243,7 +246,9 @@ impl Engine {
                     match attempt? {
                         Attempt::Granted(token) | Attempt::Holding(token) => {
                             ticket.done = true;
-                            let cell = self.local.leave_granted(&names.lock, id, sent);
+                            let (cell, registered) =
+                                self.local.leave_granted(&names.lock, id, sent);
+                            self.leave_after_grant(&target, registered);
                             return Ok(guard(self, token, &grant, cell));
                         }
                         Attempt::Held { retry: ttl, room } => {
@@ -288,6 +293,8 @@ impl Engine {
     /// caller left, and - for [`Ask::Grant`] - any call whose outcome is unknown (it failed or
     /// timed out, whether or not the caller still waits), since Redis may run it later. The
     /// give-back releases that grant id only, so it never frees a hold that was already there.
+    /// A refusal that arrives after the caller left registered the service as waiting, maybe
+    /// after its line's deregistration ran: it deregisters again unless someone of it waits.
     async fn attempt(
         self: &Arc<Self>,
         target: &Target,
@@ -308,6 +315,8 @@ impl Engine {
             if give_back {
                 tracing::debug!(key = %n.names.user, ?reply, "acquire cancelled, giving the grant back");
                 inner.give_back(n, f, g);
+            } else if matches!(ask, Ask::Grant { horizon_ms, .. } if horizon_ms > 0) {
+                inner.leave_unless_waiting(&n);
             }
         };
         let reply = Detachable::new(&self.runtime, call, orphan).await;
@@ -318,6 +327,66 @@ impl Engine {
             self.give_back(target.clone(), field.clone(), grant.clone());
         }
         reply
+    }
+
+    /// After a grant that emptied a line while the service may still be registered as waiting
+    /// (`registered`, see [`Local::leave_granted`](super::local::Local::leave_granted)):
+    /// deregisters the service in the background, unless the kind's grant did.
+    fn leave_after_grant(self: &Arc<Self>, target: &Target, registered: bool) {
+        if registered && !target.kind.leaves_on_grant {
+            self.runtime
+                .spawn(self.deregister(&target.names, None, true));
+        }
+    }
+
+    /// Deregisters the service as waiting for `target`'s lock, in the background, when nobody
+    /// of it waits for it (any more), or none of its waiters of the kind does.
+    fn leave_unless_waiting(self: &Arc<Self>, target: &Target) {
+        let lock = &target.names.lock;
+        let line_empty = !self.local.has_waiters(lock);
+        let kind_leave = target
+            .kind
+            .leave
+            .filter(|_| self.local.waiters_of(lock, target.kind) == 0);
+        if line_empty || kind_leave.is_some() {
+            self.runtime
+                .spawn(self.deregister(&target.names, kind_leave, line_empty));
+        }
+    }
+
+    /// The calls that deregister this service as waiting for the lock `names` once nobody of it
+    /// waits: the kind's own `leave` (`kind_leave`: its last waiter of the kind left), then,
+    /// when `line_empty`, `leave.lua`. A caller of this service that joined the line since may
+    /// have registered before the removal reached Redis: the head of the line is woken then,
+    /// to look again and so register anew (a release elsewhere would not wake it otherwise).
+    fn deregister(
+        self: &Arc<Self>,
+        names: &KeyNames,
+        kind_leave: Option<&'static LazyLock<Script>>,
+        line_empty: bool,
+    ) -> impl Future<Output = ()> + Send + 'static {
+        let (inner, names) = (self.clone(), names.clone());
+        async move {
+            if let Some(script) = kind_leave {
+                let mut call = ScriptCall::new(script, 2);
+                call.key(&names.turn())
+                    .key(&names.queue())
+                    .arg(&inner.service_id)
+                    .arg(names.channel())
+                    .arg(inner.backend.publish_command());
+                if let Err(e) = inner.backend.run::<i64>("leave", &call).await {
+                    tracing::debug!(error = %e, "could not deregister a waiting service");
+                }
+            }
+            if line_empty {
+                let mut call = ScriptCall::new(&scripts::LEAVE, 1);
+                call.key(&names.queue()).arg(&inner.service_id);
+                if let Err(e) = inner.backend.run::<i64>("leave", &call).await {
+                    tracing::debug!(error = %e, "could not deregister a waiting service");
+                }
+                inner.local.wake_head(&names.lock);
+            }
+        }
     }
 
     async fn run_acquire(
@@ -397,27 +466,7 @@ impl Ticket<'_> {
         if !line_empty && kind_leave.is_none() {
             return None;
         }
-        let (inner, names) = (self.inner.clone(), names.clone());
-        Some(async move {
-            if let Some(script) = kind_leave {
-                let mut call = ScriptCall::new(script, 2);
-                call.key(&names.turn())
-                    .key(&names.queue())
-                    .arg(&inner.service_id)
-                    .arg(names.channel())
-                    .arg(inner.backend.publish_command());
-                if let Err(e) = inner.backend.run::<i64>("leave", &call).await {
-                    tracing::debug!(error = %e, "could not deregister a waiting service");
-                }
-            }
-            if line_empty {
-                let mut call = ScriptCall::new(&scripts::LEAVE, 1);
-                call.key(&names.queue()).arg(&inner.service_id);
-                if let Err(e) = inner.backend.run::<i64>("leave", &call).await {
-                    tracing::debug!(error = %e, "could not deregister a waiting service");
-                }
-            }
-        })
+        Some(self.inner.deregister(names, kind_leave, line_empty))
     }
 
     /// Leaves the line and, when this service stops waiting, deregisters it before returning:

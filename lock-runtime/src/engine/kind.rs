@@ -48,6 +48,11 @@ pub(crate) struct Kind {
     /// The release script can grant the lock to the next waiter of this service in the same
     /// call (its `next_*` arguments).
     pub(crate) hand_off: bool,
+    /// The kind's `acquire` takes the service out of the services waiting when it grants (the
+    /// mutex, a writer). For the other kinds (permits, readers), a grant that empties a line
+    /// refused since it was last empty is followed by `leave.lua`: a service is registered as
+    /// waiting only while a caller of it waits.
+    pub(crate) leaves_on_grant: bool,
     /// The kind's operations use `<lock>:turn` (a read-write lock's writers waiting): each
     /// operation declares four keys; otherwise three (every argument costs a call).
     pub(crate) turn_key: bool,

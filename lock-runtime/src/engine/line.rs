@@ -129,6 +129,7 @@ impl Local {
             w.passed = room;
             w.refused = true;
             let joint = w.kind.joint;
+            state.refused = true;
             let next = state
                 .waiters
                 .iter()
@@ -141,10 +142,25 @@ impl Local {
     }
 
     /// Waiter `id` got the lock (by its own attempt sent at `sent`, or a hand-off): leave the
-    /// line, register the hold unless a hand-off already did, and wake the next head.
-    pub(crate) fn leave_granted(&self, key: &LockKey, id: u64, sent: Instant) -> Arc<HoldCell> {
+    /// line, register the hold unless a hand-off already did, and wake the next head. The
+    /// second value says whether the service may still be registered as waiting while nobody
+    /// of it waits any more: the line is empty now, and one of its waiters was refused since it
+    /// was last empty (a kind whose grant does not deregister the service leaves then).
+    pub(crate) fn leave_granted(
+        &self,
+        key: &LockKey,
+        id: u64,
+        sent: Instant,
+    ) -> (Arc<HoldCell>, bool) {
         let mut keys = self.lock();
         let state = keys.entry(key.clone()).or_default();
+        let cell = Self::granted_hold(state, id, sent);
+        let registered = state.waiters.is_empty() && std::mem::take(&mut state.refused);
+        (cell, registered)
+    }
+
+    /// Removes waiter `id`, granted, from the line of `state` and returns its hold's cell.
+    fn granted_hold(state: &mut KeyState, id: u64, sent: Instant) -> Arc<HoldCell> {
         match remove_waiter(state, id) {
             Some(w) if matches!(w.state, WaiterState::Granted(_)) => {
                 match state.holds.iter().find(|h| h.grant == w.grant) {
@@ -202,6 +218,10 @@ impl Local {
             _ => None,
         };
         let line_empty = state.waiters.is_empty();
+        if line_empty {
+            // the caller deregisters the service
+            state.refused = false;
+        }
         if state.is_idle() {
             keys.remove(key);
         }

@@ -35,6 +35,9 @@ pub(super) struct KeyState {
     pub(super) waiters: VecDeque<Waiter>,
     /// The next turn went to another service (see [`Local::watch_turn`]).
     pub(super) turn_watch: TurnWatch,
+    /// A waiter of the line was refused since the line was last empty: the service may be
+    /// registered as waiting on Redis (see [`Local::leave_granted`]).
+    pub(super) refused: bool,
 }
 
 /// Whether a timer already watches for a turn of another service running out, and when a
@@ -597,6 +600,7 @@ mod tests {
         reentrant: true,
         leave: None,
         hand_off: true,
+        leaves_on_grant: true,
         turn_key: false,
     };
 
@@ -613,6 +617,7 @@ mod tests {
         reentrant: true,
         leave: None,
         hand_off: false,
+        leaves_on_grant: false,
         turn_key: false,
     };
 
@@ -669,7 +674,8 @@ mod tests {
         );
         assert!(matches!(local.turn(&k, w1), Turn::Granted { token: 7, .. }));
         assert!(local.holding(&k, "i:b", false).is_some());
-        local.leave_granted(&k, w1, Instant::now());
+        let (_, registered) = local.leave_granted(&k, w1, Instant::now());
+        assert!(!registered, "w2 still waits");
         assert!(matches!(local.turn(&k, w2), Turn::Behind { .. }));
         assert_eq!(
             local.renewals().len(),

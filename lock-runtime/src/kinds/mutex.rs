@@ -45,6 +45,7 @@ pub(crate) static MUTEX: Kind = Kind {
     reentrant: true,
     leave: None,
     hand_off: true,
+    leaves_on_grant: true,
     turn_key: false,
 };
 

@@ -43,6 +43,7 @@ pub(crate) static READ: Kind = Kind {
     reentrant: true,
     leave: None,
     hand_off: false,
+    leaves_on_grant: false,
     turn_key: true,
 };
 
@@ -59,6 +60,7 @@ pub(crate) static WRITE: Kind = Kind {
     reentrant: true,
     leave: Some(&LEAVE),
     hand_off: false,
+    leaves_on_grant: true,
     turn_key: true,
 };
 

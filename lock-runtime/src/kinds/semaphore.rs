@@ -39,6 +39,7 @@ pub(crate) static SEMAPHORE: Kind = Kind {
     reentrant: false,
     leave: None,
     hand_off: false,
+    leaves_on_grant: false,
     turn_key: false,
 };
 

@@ -243,6 +243,21 @@ pub async fn waiters_in_line(service: &LockService, key: &str, n: usize) {
     .await;
 }
 
+/// Waits until `service` has `n` callers in line for the lock `key` of `kind`.
+pub async fn waiters_in_line_of(
+    service: &LockService,
+    kind: lock_runtime::LockKind,
+    key: &str,
+    n: usize,
+) {
+    eventually(
+        &format!("{n} waiters in line for the {kind:?} {key}"),
+        Duration::from_secs(5),
+        || async { service.inspect_kind(kind, key).await.unwrap().local_waiters == n },
+    )
+    .await;
+}
+
 /// A `lock-worker` process (see src/bin/lock-worker.rs). Killed (and reaped) when dropped.
 pub struct Worker {
     child: std::process::Child,
