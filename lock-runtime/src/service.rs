@@ -297,8 +297,9 @@ impl LockService {
     /// From the first call on, every clone of the service refuses new acquires with
     /// [`ErrorKind::ShuttingDown`](crate::ErrorKind::ShuttingDown), and waits under way end
     /// with it. Every hold and permit of the service is released on Redis (one script call per
-    /// kind, all at once; waiters elsewhere are woken), and the watchdog and the subscriber
-    /// stop. The guards of those holds are no longer valid: their `lost()` resolves (saying the
+    /// kind, all at once; waiters elsewhere are woken), releases already on their way (of
+    /// guards released or dropped a moment before) are waited for, and the watchdog and the
+    /// subscriber stop. The guards of those holds are no longer valid: their `lost()` resolves (saying the
     /// service shut down), and their release or drop does not touch Redis again (`release()`
     /// returns `Ok`). A second call returns at once.
     ///

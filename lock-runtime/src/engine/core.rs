@@ -39,6 +39,8 @@ pub(crate) struct Engine {
     pub(crate) batcher: Batcher,
     /// The locks this service may be registered for as waiting (see `registered`).
     pub(crate) registered: super::registered::Registered,
+    /// The releases on their way to Redis (see `release`).
+    pub(crate) releasing: super::release::Releasing,
     /// What happens to this service's holds, for [`LockService::events`](crate::LockService::events).
     pub(crate) events: Events,
     /// Cancelled when the service shuts down (see `shutdown`): acquires are refused, waits
@@ -57,6 +59,7 @@ impl Engine {
         Engine {
             ops_scripts: Default::default(),
             registered: Default::default(),
+            releasing: Default::default(),
             backend,
             local: Local::default(),
             service_id: format!("{name}~{}", uuid::Uuid::new_v4().simple()),

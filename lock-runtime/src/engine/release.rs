@@ -5,7 +5,10 @@
 use std::future::Future;
 use std::pin::Pin;
 use std::sync::Arc;
+use std::sync::atomic::{AtomicUsize, Ordering};
 use std::time::{Duration, Instant};
+
+use tokio::sync::Notify;
 
 use super::batcher::Op;
 use super::core::Engine;
@@ -82,10 +85,16 @@ impl Engine {
             ReleasePlan::Local => Box::pin(std::future::ready(Ok(Released::StillHeld))),
             ReleasePlan::NotHeld => Box::pin(std::future::ready(Ok(Released::NotHeld))),
             ReleasePlan::Redis(reservation) => {
-                Box::pin(
+                // counted until the script answered, also when the release runs in a task of
+                // its own: a shutdown waits for it (see `shut_down`)
+                let releasing = self.releasing.start();
+                let call =
                     self.clone()
-                        .finish_release(target, field, grant, reservation, keep_until),
-                )
+                        .finish_release(target, field, grant, reservation, keep_until);
+                Box::pin(async move {
+                    let _releasing = releasing;
+                    call.await
+                })
             }
         }
     }
@@ -207,5 +216,83 @@ impl Engine {
             self.runtime
                 .spawn(self.release_call(target, field, grant, None, false, None)),
         );
+    }
+}
+
+/// The releases on their way to Redis (their holds already left the service's bookkeeping), so
+/// that a shutdown can wait for them: a guard dropped a moment before `shutdown` is released by
+/// a task that the process's exit would otherwise cut short, leaving the lock held for its
+/// lease.
+#[derive(Default)]
+pub(crate) struct Releasing(Arc<ReleasingCount>);
+
+#[derive(Default)]
+struct ReleasingCount {
+    count: AtomicUsize,
+    idle: Notify,
+}
+
+/// One release on its way; dropping it (the release answered, failed or was dropped) ends it.
+pub(crate) struct ReleaseTicket(Arc<ReleasingCount>);
+
+impl Releasing {
+    pub(crate) fn start(&self) -> ReleaseTicket {
+        self.0.count.fetch_add(1, Ordering::SeqCst);
+        ReleaseTicket(self.0.clone())
+    }
+
+    /// Returns once no release is on its way.
+    pub(crate) async fn idle(&self) {
+        loop {
+            let notified = self.0.idle.notified();
+            tokio::pin!(notified);
+            notified.as_mut().enable();
+            if self.0.count.load(Ordering::SeqCst) == 0 {
+                return;
+            }
+            notified.await;
+        }
+    }
+}
+
+impl Drop for ReleaseTicket {
+    fn drop(&mut self) {
+        if self.0.count.fetch_sub(1, Ordering::SeqCst) == 1 {
+            self.0.idle.notify_waiters();
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[tokio::test]
+    async fn idle_waits_for_every_release_on_its_way() {
+        let releasing = Releasing::default();
+        releasing.idle().await;
+        let (a, b) = (releasing.start(), releasing.start());
+        let waiting = async {
+            releasing.idle().await;
+            true
+        };
+        tokio::pin!(waiting);
+        assert!(futures_poll_once(waiting.as_mut()).await.is_none());
+        drop(a);
+        assert!(
+            futures_poll_once(waiting.as_mut()).await.is_none(),
+            "b is on its way"
+        );
+        drop(b);
+        assert_eq!(futures_poll_once(waiting.as_mut()).await, Some(true));
+    }
+
+    /// Polls `f` once: its output, or `None` when it is pending.
+    async fn futures_poll_once<F: Future + Unpin>(mut f: F) -> Option<F::Output> {
+        std::future::poll_fn(|cx| match Pin::new(&mut f).poll(cx) {
+            std::task::Poll::Ready(out) => std::task::Poll::Ready(Some(out)),
+            std::task::Poll::Pending => std::task::Poll::Ready(None),
+        })
+        .await
     }
 }

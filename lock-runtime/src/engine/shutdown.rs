@@ -46,7 +46,14 @@ impl Engine {
         let ended = self.local.shut_down();
         let count = ended.len();
         let timeout = self.config.response_timeout();
-        let released = tokio::time::timeout(timeout, self.release_ended(ended)).await;
+        let released = tokio::time::timeout(timeout, async {
+            let released = self.release_ended(ended).await;
+            // releases that began before the shutdown (a guard dropped a moment before) end
+            // before it returns: the process may exit right after
+            self.releasing.idle().await;
+            released
+        })
+        .await;
         let subscriptions = tokio::time::timeout(timeout, self.unsubscribe_all()).await;
         if let Ok(Err(e)) = subscriptions {
             tracing::debug!(error = %e, "unsubscribing at shutdown failed");

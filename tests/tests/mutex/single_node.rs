@@ -4,8 +4,8 @@
 use std::time::{Duration, Instant};
 
 use crate::common::{Fixture, acquire_op, evalsha_calls, eventually, waiters_in_line};
-use lock_runtime::{ErrorKind, LockKind, LockService, OwnerId, owner};
-use lock_tests::harness::unique_key;
+use lock_runtime::{ErrorKind, LockConfig, LockKind, LockService, OwnerId, owner};
+use lock_tests::harness::{Proxy, Spec, Topology, unique_key};
 
 const WATCHDOG: Duration = Duration::from_millis(300);
 const LONG_WATCHDOG: Duration = Duration::from_secs(30);
@@ -597,6 +597,42 @@ async fn a_failed_operation_fails_alone_also_in_a_shared_call() {
     for guard in guards {
         guard.release().await.unwrap();
     }
+}
+
+/// A guard dropped just before `shutdown` is released by a task of its own; `shutdown` waits
+/// for that release too, so a process that exits right after it leaves no lock behind (the
+/// release's request is held up 300 ms by a proxy: the lock must be free once `shutdown`
+/// returned).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn shutdown_waits_for_releases_already_on_their_way() {
+    let fx = Fixture::own(Spec::Single).await;
+    let proxy = Proxy::start(Topology::addr_of(fx.topo().master_port())).await;
+    let config = LockConfig::single(proxy.url()).with_response_timeout(Duration::from_secs(3));
+    let locks = LockService::connect(config).await.unwrap();
+    let direct = fx.service(LONG_WATCHDOG).await;
+    let (dropped, released) = (unique_key("sd-dropped"), unique_key("sd-released"));
+    let guard = locks.lock(&dropped).await.unwrap();
+    let other = locks.lock(&released).await.unwrap();
+    proxy.set_request_latency(Duration::from_millis(300));
+    // the drop starts the release in the background; a release cancelled half-way also goes on
+    // in the background
+    drop(guard);
+    let cancelled = tokio::time::timeout(Duration::from_millis(20), other.release()).await;
+    assert!(
+        cancelled.is_err(),
+        "the release answered through a 300 ms delay"
+    );
+    let started = Instant::now();
+    locks.shutdown().await.unwrap();
+    let took = started.elapsed();
+    for key in [&dropped, &released] {
+        assert!(
+            !direct.is_locked(key).await.unwrap(),
+            "{key} still held when shutdown returned after {took:?}: {:?}",
+            direct.inspect(key).await.unwrap()
+        );
+    }
+    println!("shutdown returned after {took:?}, both locks free");
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
