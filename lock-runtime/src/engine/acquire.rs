@@ -342,16 +342,27 @@ impl Engine {
     /// Deregisters the service as waiting for `target`'s lock, in the background, when nobody
     /// of it waits for it (any more), or none of its waiters of the kind does.
     fn leave_unless_waiting(self: &Arc<Self>, target: &Target) {
-        let lock = &target.names.lock;
-        let line_empty = !self.local.has_waiters(lock);
+        let line_empty = !self.local.has_waiters(&target.names.lock);
+        if let Some(deregister) = self.deregistration(target, line_empty) {
+            self.runtime.spawn(deregister);
+        }
+    }
+
+    /// The deregistration due once a waiter of `target`'s kind left the line (`line_empty`:
+    /// nobody of this service waits for the lock any more): the kind's own `leave` when none
+    /// of its waiters of the kind is left, and `leave.lua` when the line is empty; `None` when
+    /// neither is due.
+    fn deregistration(
+        self: &Arc<Self>,
+        target: &Target,
+        line_empty: bool,
+    ) -> Option<impl Future<Output = ()> + Send + 'static> {
         let kind_leave = target
             .kind
             .leave
-            .filter(|_| self.local.waiters_of(lock, target.kind) == 0);
-        if line_empty || kind_leave.is_some() {
-            self.runtime
-                .spawn(self.deregister(&target.names, kind_leave, line_empty));
-        }
+            .filter(|_| self.local.waiters_of(&target.names.lock, target.kind) == 0);
+        (line_empty || kind_leave.is_some())
+            .then(|| self.deregister(&target.names, kind_leave, line_empty))
     }
 
     /// The calls that deregister this service as waiting for the lock `names` once nobody of it
@@ -459,14 +470,7 @@ impl Ticket<'_> {
                 .give_back(self.target.clone(), orphan.owner, orphan.grant);
             return None;
         }
-        let kind = self.target.kind;
-        let kind_leave = kind
-            .leave
-            .filter(|_| self.inner.local.waiters_of(&names.lock, kind) == 0);
-        if !line_empty && kind_leave.is_none() {
-            return None;
-        }
-        Some(self.inner.deregister(names, kind_leave, line_empty))
+        self.inner.deregistration(self.target, line_empty)
     }
 
     /// Leaves the line and, when this service stops waiting, deregisters it before returning:
