@@ -69,7 +69,12 @@ impl LockService {
         let backend = Backend::connect(&config, push_tx).await?;
         let runtime = tokio::runtime::Handle::current();
         let period = config.watchdog_timeout() / 3;
-        let inner = Arc::new(Engine::new(backend, config, runtime.clone()));
+        let inner = Arc::new(Engine::new(
+            backend,
+            config,
+            runtime.clone(),
+            &crate::kinds::mutex::MUTEX,
+        ));
         runtime.spawn(watchdog::run(Arc::downgrade(&inner), period));
         runtime.spawn(notify::run(Arc::downgrade(&inner), push_rx));
         runtime.spawn(presence::run(Arc::downgrade(&inner)));

@@ -16,7 +16,6 @@ use super::core::{Engine, replica_sync_error};
 use super::guard::Guard;
 use super::ids::{GrantId, OwnerField, new_grant_id};
 use super::line::Turn;
-use super::names::KeyNames;
 use super::reply::{Ask, Attempt, parse_attempt};
 use super::target::Target;
 use crate::detach::Detachable;
@@ -213,11 +212,18 @@ impl Engine {
             }
             let mut hint = None;
             match self.local.turn(&names.lock, id) {
-                Turn::Granted { token, since } => {
+                Turn::Granted {
+                    token,
+                    since,
+                    claim,
+                } => {
                     ticket.done = true;
                     path.how = How::HandOff;
                     let (cell, registered) = self.local.leave_granted(&names.lock, id, since);
                     self.leave_after_grant(&target, registered);
+                    if claim {
+                        self.claim_later(&target, &field, &grant, since, lease_ms, watched);
+                    }
                     return Ok(guard(self, token, &grant, cell));
                 }
                 Turn::Wait => {}
@@ -334,8 +340,7 @@ impl Engine {
     /// deregisters the service in the background, unless the kind's grant did.
     fn leave_after_grant(self: &Arc<Self>, target: &Target, registered: bool) {
         if registered && !target.kind.leaves_on_grant {
-            self.runtime
-                .spawn(self.deregister(&target.names, None, true));
+            self.runtime.spawn(self.deregister(target, None, true));
         }
     }
 
@@ -362,21 +367,26 @@ impl Engine {
             .leave
             .filter(|_| self.local.waiters_of(&target.names.lock, target.kind) == 0);
         (line_empty || kind_leave.is_some())
-            .then(|| self.deregister(&target.names, kind_leave, line_empty))
+            .then(|| self.deregister(target, kind_leave, line_empty))
     }
 
-    /// The calls that deregister this service as waiting for the lock `names` once nobody of it
+    /// The calls that deregister this service as waiting for `target`'s lock once nobody of it
     /// waits: the kind's own `leave` (`kind_leave`: its last waiter of the kind left), then,
-    /// when `line_empty`, `leave.lua`. A caller of this service that joined the line since may
+    /// when `line_empty`, `leave.lua` (which deletes a mutex's waiting heads with the last
+    /// registration). A caller of this service that joined the line since may
     /// have registered before the removal reached Redis: the head of the line is woken then,
     /// to look again and so register anew (a release elsewhere would not wake it otherwise).
     fn deregister(
         self: &Arc<Self>,
-        names: &KeyNames,
+        target: &Target,
         kind_leave: Option<&'static LazyLock<Script>>,
         line_empty: bool,
     ) -> impl Future<Output = ()> + Send + 'static {
-        let (inner, names) = (self.clone(), names.clone());
+        let (inner, names) = (self.clone(), target.names.clone());
+        let kind_heads = target
+            .kind
+            .fourth_key
+            .filter(|suffix| *suffix == scripts::HEADS_SUFFIX);
         async move {
             if let Some(script) = kind_leave {
                 let mut call = ScriptCall::new(script, 2);
@@ -390,8 +400,13 @@ impl Engine {
                 }
             }
             if line_empty {
-                let mut call = ScriptCall::new(&scripts::LEAVE, 1);
-                call.key(&names.queue()).arg(&inner.service_id);
+                let heads = kind_heads.map(|suffix| names.suffixed(suffix));
+                let mut call = ScriptCall::new(&scripts::LEAVE, 1 + usize::from(heads.is_some()));
+                call.key(&names.queue());
+                if let Some(heads) = &heads {
+                    call.key(heads);
+                }
+                call.arg(&inner.service_id);
                 if let Err(e) = inner.backend.run::<i64>("leave", &call).await {
                     tracing::debug!(error = %e, "could not deregister a waiting service");
                 }

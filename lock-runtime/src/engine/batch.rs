@@ -132,16 +132,20 @@ impl Engine {
             return Vec::new();
         };
         crate::metrics::batch(kind.mode, ops.len());
-        let keys = if kind.turn_key { 4 } else { 3 };
+        let keys = if kind.fourth_key.is_some() { 4 } else { 3 };
         let mut call = ScriptCall::new(self.ops_script(kind), ops.len() * keys);
         for op in ops {
             let names = op.names();
             call.key(&names.lock).key(names.fence()).key(&names.queue());
-            if kind.turn_key {
-                call.key(&names.turn());
+            if let Some(suffix) = kind.fourth_key {
+                call.key(&names.suffixed(suffix));
             }
         }
         call.arg(&self.service_id);
+        match self.sent_arg() {
+            Some(us) => call.arg(us),
+            None => call.arg(""),
+        };
         for op in ops {
             match op {
                 Op::Acquire {

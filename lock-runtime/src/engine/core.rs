@@ -46,6 +46,11 @@ pub(crate) struct Engine {
     /// Cancelled when the service shuts down (see `shutdown`): acquires are refused, waits
     /// end, the watchdog and the subscriber stop.
     pub(crate) closing: tokio_util::sync::CancellationToken,
+    /// When the service started: the send times its calls carry count from here (see `push`).
+    pub(crate) epoch: std::time::Instant,
+    /// The kind whose releases push grants across services (the mutex): a pushed grant whose
+    /// waiter left is given back as one of its holds.
+    pub(crate) pushed_kind: &'static Kind,
 }
 
 impl Engine {
@@ -54,6 +59,7 @@ impl Engine {
         backend: Backend,
         config: LockConfig,
         runtime: tokio::runtime::Handle,
+        pushed_kind: &'static Kind,
     ) -> Engine {
         let name = config.instance_name();
         Engine {
@@ -71,6 +77,8 @@ impl Engine {
             batcher: Default::default(),
             events: Default::default(),
             closing: Default::default(),
+            epoch: std::time::Instant::now(),
+            pushed_kind,
         }
     }
 
@@ -100,7 +108,7 @@ impl Engine {
         self.ops_scripts[kind.id].get_or_init(|| {
             scripts::ops(
                 kind.lua,
-                kind.turn_key,
+                kind.fourth_key.is_some(),
                 self.backend.publish_command(),
                 Self::waiter_horizon_of(&self.config, None),
             )

@@ -12,10 +12,10 @@ pub(crate) const MAX_KINDS: usize = 8;
 /// A lock kind as the engine sees it.
 ///
 /// The kind's Lua (see `scripts/ops.lua` for the contract) defines two functions,
-/// `acquire(lock, fence, queue, turn, owner, grant_id, lease, horizon, extra)` and
-/// `release(lock, fence, queue, turn, owner, grant_id, next_owner, next_id, next_lease)`,
-/// with the replies `ops.lua` documents (`turn` is `nil` for a kind without
-/// [`turn_key`](Kind::turn_key)); `renew` renews or extends holds by grant id.
+/// `acquire(lock, fence, queue, fourth, owner, grant_id, lease, horizon, extra)` and
+/// `release(lock, fence, queue, fourth, owner, grant_id, next_owner, next_id, next_lease)`,
+/// with the replies `ops.lua` documents (`fourth` is `nil` for a kind without
+/// [`fourth_key`](Kind::fourth_key)); `renew` renews or extends holds by grant id.
 #[derive(Debug)]
 pub(crate) struct Kind {
     /// Unique among kinds, below [`MAX_KINDS`].
@@ -53,9 +53,11 @@ pub(crate) struct Kind {
     /// refused since it was last empty is followed by `leave.lua`: a service is registered as
     /// waiting only while a caller of it waits.
     pub(crate) leaves_on_grant: bool,
-    /// The kind's operations use `<lock>:turn` (a read-write lock's writers waiting): each
-    /// operation declares four keys; otherwise three (every argument costs a call).
-    pub(crate) turn_key: bool,
+    /// The suffix of a fourth key the kind's operations use, named after the lock key
+    /// (`<lock>:turn`, a read-write lock's writers waiting; `<lock>:wh`, a mutex's waiting
+    /// heads): each operation then declares four keys; otherwise three (every argument costs a
+    /// call).
+    pub(crate) fourth_key: Option<&'static str>,
 }
 
 impl PartialEq for Kind {

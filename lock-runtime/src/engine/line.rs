@@ -3,7 +3,7 @@
 
 use std::sync::Arc;
 use std::sync::atomic::Ordering;
-use std::time::Instant;
+use std::time::{Duration, Instant};
 
 use tokio::sync::Notify;
 
@@ -11,6 +11,15 @@ use super::holds::{HoldCell, add_hold};
 use super::ids::{GrantId, LockKey, OwnerField};
 use super::kind::Kind;
 use super::local::{KeyState, Local, Orphan, Waiter, WaiterState, wake_front};
+use crate::scripts::TURN_MS;
+
+/// What became of a grant another service's release pushed to a waiter of this service.
+#[derive(Debug, PartialEq, Eq)]
+pub(crate) enum Delivery {
+    Delivered,
+    /// No waiter here has its grant id: give it back.
+    Gone,
+}
 
 /// What a waiter should do next.
 #[derive(Debug, PartialEq, Eq)]
@@ -24,7 +33,13 @@ pub(crate) enum Turn {
     /// that hold stops being valid unless it is renewed.
     Behind { until: Instant },
     /// The lock was handed over with this token; its lease started no earlier than `since`.
-    Granted { token: u64, since: Instant },
+    /// `claim`: another service's release granted it for a claim window shorter than the
+    /// waiter's lease, which the new holder must claim (see `push`).
+    Granted {
+        token: u64,
+        since: Instant,
+        claim: bool,
+    },
 }
 
 impl Local {
@@ -56,6 +71,8 @@ impl Local {
             passed: false,
             refused: false,
             granted_at: Instant::now(),
+            pushed: None,
+            claim: false,
             wake: wake.clone(),
         });
         (id, wake)
@@ -72,11 +89,31 @@ impl Local {
         };
         let w = &state.waiters[i];
         if let WaiterState::Granted(token) = w.state {
-            return Turn::Granted {
-                token,
-                since: w.granted_at,
+            // A grant another service pushed (its message may come late) must leave its holder
+            // time to claim it; one that is about to run out, or ran out, is dropped, and the
+            // waiter asks Redis, which confirms it if it is still there.
+            let needed = if w.claim {
+                Duration::from_millis(TURN_MS / 3)
+            } else {
+                Duration::ZERO
             };
+            let now = Instant::now();
+            let hold = state.holds.iter().position(|h| h.grant == w.grant);
+            if hold.is_some_and(|h| state.holds[h].live(now + needed)) {
+                return Turn::Granted {
+                    token,
+                    since: w.granted_at,
+                    claim: w.claim,
+                };
+            }
+            if let Some(h) = hold {
+                state.holds.swap_remove(h).cell.lost.cancel();
+            }
+            let w = &mut state.waiters[i];
+            w.state = WaiterState::Parked;
+            w.claim = false;
         }
+        let w = &state.waiters[i];
         // The head looks; so does a waiter of a joint kind with only such waiters ahead of it
         // (readers take their shares together, not one round trip after another).
         let front = i == 0
@@ -124,6 +161,14 @@ impl Local {
             return;
         };
         let w = &mut state.waiters[i];
+        if w.state == WaiterState::Attempting
+            && let Some((token, since)) = w.pushed.take()
+        {
+            // another service's release granted it the lock while its attempt was on its way
+            w.state = WaiterState::Parked;
+            Self::grant_pushed(state, i, token, since);
+            return;
+        }
         if w.state == WaiterState::Attempting {
             w.state = WaiterState::Parked;
             w.passed = room;
@@ -226,6 +271,58 @@ impl Local {
             keys.remove(key);
         }
         (orphan, line_empty)
+    }
+
+    /// Another service's release granted `key` to this service's waiter whose grant id is
+    /// `grant`, with `token`, for a claim window of at most [`TURN_MS`] that started no earlier
+    /// than `since`. The waiter holds it now (or once its attempt on the way is refused, which
+    /// it will be: the lock is held under its grant id, or, if the attempt ran first, it finds
+    /// out when it next asks); [`Delivery::Gone`] when no waiter nor hold of this service has
+    /// that grant id (the waiter left): the caller gives the grant back.
+    pub(crate) fn pushed(&self, key: &str, grant: &str, token: u64, since: Instant) -> Delivery {
+        let mut keys = self.lock();
+        let Some(state) = keys.get_mut(key) else {
+            return Delivery::Gone;
+        };
+        let Some(i) = state.waiters.iter().position(|w| &*w.grant == grant) else {
+            // its attempt found the grant first (a message can come after the reply)
+            if state.holds.iter().any(|h| &*h.grant == grant) {
+                return Delivery::Delivered;
+            }
+            return Delivery::Gone;
+        };
+        let w = &mut state.waiters[i];
+        w.claim = TURN_MS < w.lease_ms;
+        match w.state {
+            WaiterState::Parked => Self::grant_pushed(state, i, token, since),
+            WaiterState::Attempting | WaiterState::Reserved => w.pushed = Some((token, since)),
+            WaiterState::Granted(_) => {}
+        }
+        Delivery::Delivered
+    }
+
+    /// Gives waiter `i` of `state` the lock another service's release granted it.
+    pub(super) fn grant_pushed(state: &mut KeyState, i: usize, token: u64, since: Instant) {
+        let w = &state.waiters[i];
+        let lease_ms = if w.claim {
+            w.lease_ms.min(TURN_MS)
+        } else {
+            w.lease_ms
+        };
+        let (kind, owner, grant, watched) = (w.kind, w.owner.clone(), w.grant.clone(), w.watched);
+        add_hold(
+            &mut state.holds,
+            kind,
+            &owner,
+            &grant,
+            watched,
+            since,
+            lease_ms,
+        );
+        let w = &mut state.waiters[i];
+        w.state = WaiterState::Granted(token);
+        w.granted_at = since;
+        w.wake.notify_one();
     }
 
     /// Wakes the head waiter of `key`.

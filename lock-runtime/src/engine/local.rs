@@ -69,6 +69,13 @@ pub(super) struct Waiter {
     pub(super) refused: bool,
     /// When the release that handed the lock over was sent: the lease runs from at most then.
     pub(super) granted_at: Instant,
+    /// Another service's release granted it the lock (token, the earliest the grant's claim
+    /// window can have started) while its own attempt was on its way: delivered when that
+    /// attempt is refused (see [`Local::pushed`]).
+    pub(super) pushed: Option<(u64, Instant)>,
+    /// It holds the lock by such a grant, for a claim window shorter than its lease: it must
+    /// claim the lease (see `push`).
+    pub(super) claim: bool,
     pub(super) wake: Arc<Notify>,
 }
 
@@ -163,6 +170,14 @@ impl Local {
             .iter()
             .find(|h| &*h.owner == owner && h.kind.shared == shared && h.live(now))
             .map(|h| h.grant.clone())
+    }
+
+    /// Whether the grant `grant` of `key` is held here and still valid.
+    pub(crate) fn holds_live(&self, key: &str, grant: &str) -> bool {
+        let keys = self.lock();
+        let now = Instant::now();
+        keys.get(key)
+            .is_some_and(|s| s.holds.iter().any(|h| &*h.grant == grant && h.live(now)))
     }
 
     /// Registers a new hold of `kind` that `owner` was granted without waiting in line (sent
@@ -423,7 +438,7 @@ impl Local {
             (ReleaseEnd::HandedOff(_) | ReleaseEnd::Unknown, None) => reservation.map(orphan),
             (ReleaseEnd::Yielded, reserved) => {
                 if let Some(i) = reserved {
-                    state.waiters[i].state = WaiterState::Parked;
+                    Self::unreserve(state, i);
                 }
                 // A wake-up may have come while the release's reply was on its way (the turn
                 // came back in a message, which travels on another connection; a turn timer
@@ -440,7 +455,7 @@ impl Local {
                 // When the outcome is unknown, the waiter's next attempt (with the grant id of
                 // the hand-off) finds out: a grant made by the hand-off is confirmed as its own.
                 if let Some(i) = reserved {
-                    state.waiters[i].state = WaiterState::Parked;
+                    Self::unreserve(state, i);
                 }
                 // After a yield the head learns of the release from the published message, at
                 // the same moment as the other services' waiters, instead of racing ahead.
@@ -449,6 +464,15 @@ impl Local {
                 wake_front(state);
                 None
             }
+        }
+    }
+
+    /// Waiter `i`, reserved for a hand-off that did not happen, waits again - or holds the lock
+    /// if another service's release granted it meanwhile.
+    fn unreserve(state: &mut KeyState, i: usize) {
+        state.waiters[i].state = WaiterState::Parked;
+        if let Some((token, since)) = state.waiters[i].pushed.take() {
+            Self::grant_pushed(state, i, token, since);
         }
     }
 
@@ -601,7 +625,7 @@ mod tests {
         leave: None,
         hand_off: true,
         leaves_on_grant: true,
-        turn_key: false,
+        fourth_key: None,
     };
 
     /// A shared kind whose waiters attempt together (readers).
@@ -618,7 +642,7 @@ mod tests {
         leave: None,
         hand_off: false,
         leaves_on_grant: false,
-        turn_key: false,
+        fourth_key: None,
     };
 
     fn key() -> LockKey {

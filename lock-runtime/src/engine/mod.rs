@@ -23,6 +23,7 @@ pub(crate) mod local;
 pub(crate) mod names;
 pub(crate) mod notify;
 pub(crate) mod presence;
+pub(crate) mod push;
 mod registered;
 mod release;
 pub(crate) mod reply;

@@ -124,7 +124,12 @@ impl KeyNames {
 
     /// The marker of the service whose turn it is.
     pub(crate) fn turn(&self) -> String {
-        format!("{}{TURN_SUFFIX}", self.lock)
+        self.suffixed(TURN_SUFFIX)
+    }
+
+    /// The key named after the lock key with `suffix`.
+    pub(crate) fn suffixed(&self, suffix: &str) -> String {
+        format!("{}{suffix}", self.lock)
     }
 
     /// The wake-up channel.

@@ -10,6 +10,7 @@ use redis::{PushInfo, PushKind, Value};
 use tokio::sync::mpsc::UnboundedReceiver;
 
 use super::core::Engine;
+use super::push::{Pushed, addressee};
 use crate::scripts::{CHANNEL_SUFFIX, TURN_MS};
 
 /// Routes pushes until the service is dropped or shuts down.
@@ -26,15 +27,21 @@ pub(crate) async fn run(inner: Weak<Engine>, mut pushes: UnboundedReceiver<PushI
         let Some(inner) = inner.upgrade() else { return };
         match push.kind {
             PushKind::Message | PushKind::SMessage => {
-                // The payload names the service whose turn it is ("0": anyone's).
+                let Some(key) = push.data.first().and_then(lock_key_of_channel) else {
+                    continue;
+                };
+                // The payload names the service whose turn it is ("0": anyone's), or the
+                // service whose head waiter a release granted the lock to, and the grant.
                 let ours = match push.data.get(1) {
-                    Some(Value::BulkString(who)) => {
+                    Some(Value::BulkString(message)) => {
+                        if let Some(pushed) = Pushed::parse(message, &inner.service_id) {
+                            inner.deliver_push(key, pushed);
+                            continue;
+                        }
+                        let who = addressee(message);
                         who == b"0" || who == inner.service_id.as_bytes()
                     }
                     _ => true,
-                };
-                let Some(key) = push.data.first().and_then(lock_key_of_channel) else {
-                    continue;
                 };
                 if ours {
                     inner.local.wake_head(key);

@@ -46,7 +46,7 @@ pub(crate) static MUTEX: Kind = Kind {
     leave: None,
     hand_off: true,
     leaves_on_grant: true,
-    turn_key: false,
+    fourth_key: Some(crate::scripts::HEADS_SUFFIX),
 };
 
 /// How `inspect` reads a mutex: the string `<prefix>{<key>}` = state, token (16 digits), grant

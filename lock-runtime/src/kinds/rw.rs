@@ -44,7 +44,7 @@ pub(crate) static READ: Kind = Kind {
     leave: None,
     hand_off: false,
     leaves_on_grant: false,
-    turn_key: true,
+    fourth_key: Some(crate::scripts::TURN_SUFFIX),
 };
 
 /// The write hold as the engine sees it.
@@ -61,7 +61,7 @@ pub(crate) static WRITE: Kind = Kind {
     leave: Some(&LEAVE),
     hand_off: false,
     leaves_on_grant: true,
-    turn_key: true,
+    fourth_key: Some(crate::scripts::TURN_SUFFIX),
 };
 
 /// How `inspect` reads a read-write lock: the hash `<prefix>rw:{<key>}` (a namespace of its

@@ -40,7 +40,7 @@ pub(crate) static SEMAPHORE: Kind = Kind {
     leave: None,
     hand_off: false,
     leaves_on_grant: false,
-    turn_key: false,
+    fourth_key: None,
 };
 
 /// How `inspect` reads a semaphore: the hash `<prefix>sem:{<name>}`, `:n` -> the permit count

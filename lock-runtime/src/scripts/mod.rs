@@ -26,6 +26,8 @@ macro_rules! script {
 /// so no lock key can be another lock's set or marker.
 pub(crate) const QUEUE_SUFFIX: &str = ":wq";
 pub(crate) const TURN_SUFFIX: &str = ":turn";
+/// A mutex's waiting services' head waiters (see `kinds/mutex/value.lua`).
+pub(crate) const HEADS_SUFFIX: &str = ":wh";
 pub(crate) const CHANNEL_SUFFIX: &str = ":ch";
 
 /// How long a release reserves the lock for the waiting service it gives the next turn to. The
@@ -40,14 +42,14 @@ pub(crate) use crate::vocab::MAX_LEASE_MS;
 /// literal (see `prelude.lua`). Services with the same settings share one script.
 pub(crate) fn ops(
     kind_lua: &[&str],
-    turn_key: bool,
+    four_keys: bool,
     publish: &str,
     yield_horizon_ms: u64,
 ) -> Script {
-    Script::new(&ops_text(kind_lua, turn_key, publish, yield_horizon_ms))
+    Script::new(&ops_text(kind_lua, four_keys, publish, yield_horizon_ms))
 }
 
-fn ops_text(kind_lua: &[&str], turn_key: bool, publish: &str, yield_horizon_ms: u64) -> String {
+fn ops_text(kind_lua: &[&str], four_keys: bool, publish: &str, yield_horizon_ms: u64) -> String {
     let mut text = String::from(include_str!("clock.lua"));
     text.push_str(include_str!("prelude.lua"));
     for part in kind_lua {
@@ -60,14 +62,14 @@ fn ops_text(kind_lua: &[&str], turn_key: bool, publish: &str, yield_horizon_ms: 
         ("$TURN_MS", TURN_MS.to_string()),
         ("$PUBLISH", format!("'{publish}'")),
         ("$YIELD_HORIZON", yield_horizon_ms.to_string()),
-        ("$KEYS", if turn_key { "4" } else { "3" }.to_owned()),
+        ("$KEYS", if four_keys { "4" } else { "3" }.to_owned()),
         (
-            "$TURN_1",
-            if turn_key { "KEYS[4]" } else { "nil" }.to_owned(),
+            "$FOURTH_1",
+            if four_keys { "KEYS[4]" } else { "nil" }.to_owned(),
         ),
         (
-            "$TURN_K",
-            if turn_key { "KEYS[k + 3]" } else { "nil" }.to_owned(),
+            "$FOURTH_K",
+            if four_keys { "KEYS[k + 3]" } else { "nil" }.to_owned(),
         ),
     ];
     for (name, literal) in literals {

@@ -2,8 +2,12 @@
 -- acquires and releases of one service that fall due while another call is on its way share one
 -- call. The kind's `acquire` and `release` functions come before this (see engine/kind.rs).
 -- KEYS: $KEYS per operation: the lock, its fence counter, its waiting-services zset and, for a
--- kind that uses it, its turn marker (all in the lock's hash tag, so in one cluster slot)
--- ARGV[1] service id; then six per operation:
+-- kind that uses one, a fourth key of its own (a read-write lock's turn marker, a mutex's
+-- waiting heads) - all in the lock's hash tag, so in one cluster slot
+-- ARGV[1] service id; ARGV[2] when the client sent the call, in microseconds of its own clock (a
+-- mutex waiter registered by the call may be granted the lock by another service's release,
+-- which tells it how long after this send time that happened: see kinds/mutex/value.lua), or ''
+-- when its waiters must not be granted that way; then six per operation:
 --   'a', owner field, grant id, lease in ms, waiter horizon in ms, kind's extra  (acquire)
 --   'A': like 'a', but the run stops at this operation when it is not granted (or fails): the
 --        operations after it are not run and reply -2, 'not run', 0 (all-or-nothing batches)
@@ -23,25 +27,25 @@
 if #KEYS == $KEYS then
   -- a lone caller's operation, the common case when there is no load: a failure fails the call,
   -- which is its failure alone, so it goes without the loop and pcall
-  if ARGV[2] ~= 'r' then
-    return {acquire(KEYS[1], KEYS[2], KEYS[3], $TURN_1, ARGV[3], ARGV[4], ARGV[5], ARGV[6],
-      ARGV[7], ARGV[2] == 'f')}
+  if ARGV[3] ~= 'r' then
+    return {acquire(KEYS[1], KEYS[2], KEYS[3], $FOURTH_1, ARGV[4], ARGV[5], ARGV[6], ARGV[7],
+      ARGV[8], ARGV[3] == 'f')}
   end
-  return {release(KEYS[1], KEYS[2], KEYS[3], $TURN_1, ARGV[3], ARGV[4], ARGV[5], ARGV[6],
-    ARGV[7])}
+  return {release(KEYS[1], KEYS[2], KEYS[3], $FOURTH_1, ARGV[4], ARGV[5], ARGV[6], ARGV[7],
+    ARGV[8])}
 end
 local replies = {}
 local stopped = false
 for i = 1, #KEYS / $KEYS do
-  local k, a, n = i * $KEYS - ($KEYS - 1), i * 6 - 4, i * 3
+  local k, a, n = i * $KEYS - ($KEYS - 1), i * 6 - 3, i * 3
   local ok, code, x, y
   if stopped then
     ok, code, x, y = true, -2, 'not run', 0
   elseif ARGV[a] ~= 'r' then
-    ok, code, x, y = pcall(acquire, KEYS[k], KEYS[k + 1], KEYS[k + 2], $TURN_K,
+    ok, code, x, y = pcall(acquire, KEYS[k], KEYS[k + 1], KEYS[k + 2], $FOURTH_K,
       ARGV[a + 1], ARGV[a + 2], ARGV[a + 3], ARGV[a + 4], ARGV[a + 5], ARGV[a] == 'f')
   else
-    ok, code, x, y = pcall(release, KEYS[k], KEYS[k + 1], KEYS[k + 2], $TURN_K,
+    ok, code, x, y = pcall(release, KEYS[k], KEYS[k + 1], KEYS[k + 2], $FOURTH_K,
       ARGV[a + 1], ARGV[a + 2], ARGV[a + 3], ARGV[a + 4], ARGV[a + 5])
   end
   if not ok then

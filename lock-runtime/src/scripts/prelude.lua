@@ -8,7 +8,7 @@
 --   publishes a wake-up ('publish', or 'spublish' in cluster mode); $YIELD_HORIZON, how long in ms a
 --   service stays registered as waiting when its release yields the lock to another service;
 --   $MAX_LEASE, the longest lease in ms a call may ask for; in ops.lua, $KEYS, the keys per
---   operation (3, or 4 for a kind that uses the turn marker), and $TURN_1 / $TURN_K, that key
+--   operation (3, or 4 for a kind with a fourth key of its own), and $FOURTH_1 / $FOURTH_K, that key
 --   (or nil).
 --
 -- Every grant carries the id of the attempt that made it (16 hex digits chosen by the client),
@@ -26,8 +26,8 @@
 -- the clock keeps them increasing when the counter is lost (a failover that drops the last
 -- writes, a flush). Tokens stay below 2^53.
 
--- The calling service (ARGV[1], see ops.lua).
-local service = ARGV[1]
+-- The calling service and when it sent the call (ARGV[1] and ARGV[2], see ops.lua).
+local service, sent = ARGV[1], ARGV[2]
 
 -- The next fencing token of the lock whose counter is `fence_key`, as decimal text, stored as
 -- the last token issued. In the common case the clock is ahead of the last token, and one

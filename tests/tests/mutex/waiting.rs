@@ -282,14 +282,16 @@ async fn a_service_that_just_had_the_lock_does_not_get_the_turn_before_one_waiti
 }
 
 /// Four services with three workers each take turns on one key, 15 critical sections per
-/// worker. A turn that goes from one service to the next costs the release and the next
-/// service's claim, two script calls: the releasing service's next waiter, registered as waiting
-/// by that release, waits for its turn's message instead of asking Redis in vain, and the turns
-/// that go to other services meanwhile do not wake it one by one. Script calls are counted over
-/// the whole run (`INFO commandstats`, on a server of its own); a few per service are allowed
-/// for the first waiter's attempt and its subscription.
+/// worker. The lock goes from one service to the next in the release's script call alone: the
+/// release grants it to the next service's head waiter, which holds it from the grant's message
+/// on; the releasing service's next waiter, registered as waiting by that release, waits for
+/// its grant's message instead of asking Redis in vain, and the grants that go to other services
+/// meanwhile do not wake it. Script calls are counted over the whole run (`INFO commandstats`,
+/// on a server of its own); a few per service are allowed for the first waiter's attempts and
+/// its subscription. (With a turn to claim, as before grants were pushed, it took two calls per
+/// critical section.)
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn turns_between_services_cost_a_release_and_a_claim() {
+async fn turns_between_services_cost_one_release_each() {
     const SERVICES: usize = 4;
     const WORKERS: usize = 3;
     const ROUNDS: usize = 15;
@@ -330,7 +332,7 @@ async fn turns_between_services_cost_a_release_and_a_claim() {
     }
     let calls = evalsha_calls(&mut con) - before;
     let sections = (SERVICES * WORKERS * ROUNDS) as u64;
-    let allowed = 2 * sections + 8 * SERVICES as u64;
+    let allowed = sections + 8 * SERVICES as u64;
     assert!(
         calls <= allowed,
         "{calls} script calls for {sections} critical sections (at most {allowed})"
@@ -370,12 +372,15 @@ async fn waiters_of_one_service_are_served_in_arrival_order(fx: Fixture) {
     assert_eq!(*order.lock().unwrap(), vec![0, 1, 2, 3, 4, 99]);
 }
 
-/// A waiter of another service sleeps until the release message wakes it. Its only other ways
-/// to wake are far off: the lock's lease (30 s, the hint it sleeps on) and its own wait (20 s).
-/// The release comes only once the waiter is subscribed (`PUBSUB NUMSUB` / `SHARDNUMSUB` on the
-/// node serving the channel) and has made the attempt that follows its subscription (its
-/// attempts are seen with `MONITOR`): before that, the attempt could take the turn the release
-/// gives it without any message.
+/// A waiter of another service sleeps until the release's message grants it the lock. Its only
+/// other ways to wake are far off: the lock's lease (30 s, the hint it sleeps on) and its own
+/// wait (20 s). The release comes only once the waiter is subscribed (`PUBSUB NUMSUB` /
+/// `SHARDNUMSUB` on the node serving the channel) and has made the attempt that follows its
+/// subscription (its attempts are seen with `MONITOR`): before that, the attempt could take
+/// the lock without any message. The release grants the lock to the waiter in its script, so
+/// the waiter holds it from the message on, without another acquire attempt, with a token
+/// above the holder's, and keeps it past the grant's claim window (250 ms), which it
+/// lengthens to its lease.
 async fn a_release_wakes_a_waiter_of_another_service(fx: Fixture) {
     let holder = fx.service(LONG_WATCHDOG).await;
     let waiter = fx.service(LONG_WATCHDOG).await;
@@ -408,6 +413,7 @@ async fn a_release_wakes_a_waiter_of_another_service(fx: Fixture) {
     .await;
     let before = attempts.count();
     assert_eq!(holder.inspect(&key).await.unwrap().waiting_services, 1);
+    let holder_fence = guard.fence();
     guard.release().await.unwrap();
     let woken = tokio::time::timeout(Duration::from_secs(10), waiting)
         .await
@@ -419,12 +425,29 @@ async fn a_release_wakes_a_waiter_of_another_service(fx: Fixture) {
             )
         });
     let g = woken.unwrap().unwrap();
+    assert!(
+        g.fence() > holder_fence,
+        "the grant's token is above the holder's"
+    );
     attempts.sync().await;
     assert_eq!(
         attempts.count(),
-        before + 1,
-        "woken once, the waiter claimed its turn in one attempt: {:#?}",
+        before,
+        "the release granted the lock to the waiter: no acquire attempt after it: {:#?}",
         attempts.lines()
+    );
+    tokio::time::sleep(Duration::from_millis(600)).await;
+    assert!(
+        !g.is_lost() && g.valid_until() > std::time::Instant::now() + Duration::from_secs(20),
+        "the pushed grant was claimed before its claim window ran out (valid for {:?})",
+        g.valid_until()
+            .saturating_duration_since(std::time::Instant::now())
+    );
+    let info = holder.inspect(&key).await.unwrap();
+    let ttl = info.ttl.expect("the lock is held");
+    assert!(
+        ttl > Duration::from_secs(20),
+        "the lease was lengthened to the waiter's: {ttl:?} left"
     );
     g.release().await.unwrap();
 }
@@ -517,9 +540,151 @@ async fn an_unclaimed_turn_runs_out(fx: Fixture) {
     guard.release().await.unwrap();
 }
 
+/// A grant pushed to a service that went away runs out like a turn: a service registered as
+/// waiting ahead of B, with a head waiter noted, went away; the release grants the lock to that
+/// head, which never claims it, and B gets the lock once the grant's claim window (250 ms) ran
+/// out, long before the lease the head asked for (30 s) or B's own wait (20 s).
+async fn an_unclaimed_pushed_grant_runs_out(fx: Fixture) {
+    let a = fx.service(LONG_WATCHDOG).await;
+    let b = fx.service(LONG_WATCHDOG).await;
+    let key = unique_key("push-expiry");
+    let queue = format!("{}:wq", lock_key(&key));
+    let heads = format!("{}:wh", lock_key(&key));
+    let held = a.lock(&key).await.unwrap();
+    let (s, k) = (b.clone(), key.clone());
+    let waiting = tokio::spawn(async move { s.lock(&k).wait(Duration::from_secs(20)).await });
+    waiters_in_line(&b, &key, 1).await;
+    eventually(
+        "B registered as waiting",
+        Duration::from_secs(5),
+        || async { a.inspect(&key).await.unwrap().waiting_services == 1 },
+    )
+    .await;
+    let mut con = fx.conn_for(&queue);
+    let (secs, micros): (u64, u64) = redis::cmd("TIME").query(&mut con).unwrap();
+    let _: i64 = redis::cmd("ZADD")
+        .arg(&queue)
+        .arg(secs * 1000 + micros / 1000 + 5_000)
+        .arg("a-service-that-went-away")
+        .query(&mut con)
+        .unwrap();
+    let _: i64 = redis::cmd("HSET")
+        .arg(&heads)
+        .arg("a-service-that-went-away")
+        .arg(format!(
+            "00000000000000aa 30000 0 {secs}{micros:06} gone~1:owner"
+        ))
+        .query(&mut con)
+        .unwrap();
+    let released = Instant::now();
+    held.release().await.unwrap();
+    let value: String = redis::cmd("GET")
+        .arg(lock_key(&key))
+        .query(&mut con)
+        .unwrap();
+    assert!(
+        value.contains("00000000000000aa|gone~1:owner"),
+        "the release granted the lock to the noted head: {value}"
+    );
+    let guard = tokio::time::timeout(Duration::from_secs(10), waiting)
+        .await
+        .expect("B still waits 10 s after the release: the unclaimed grant kept the lock")
+        .unwrap()
+        .unwrap();
+    let after = released.elapsed();
+    assert!(
+        after >= Duration::from_millis(250),
+        "B took the lock {after:?} after the release, inside the pushed grant's claim window"
+    );
+    guard.release().await.unwrap();
+}
+
+/// A grant pushed to a waiter that is no longer there is given back at once: B's noted head is
+/// replaced by a grant id no waiter of B has (as after a waiter left while another of B still
+/// waits); the release grants the lock to it, B finds no such waiter and gives the grant back,
+/// which hands the lock to B's waiter - well inside the grant's claim window (250 ms).
+async fn a_grant_pushed_to_a_waiter_that_left_is_given_back(fx: Fixture) {
+    let a = fx.service(LONG_WATCHDOG).await;
+    let b = fx.service(LONG_WATCHDOG).await;
+    let key = unique_key("push-gone");
+    let queue = format!("{}:wq", lock_key(&key));
+    let heads = format!("{}:wh", lock_key(&key));
+    let held = a.lock(&key).await.unwrap();
+    let (s, k) = (b.clone(), key.clone());
+    let waiting = tokio::spawn(async move { s.lock(&k).wait(Duration::from_secs(20)).await });
+    waiters_in_line(&b, &key, 1).await;
+    let service = std::sync::Mutex::new(None::<String>);
+    eventually(
+        "B noted its head waiter",
+        Duration::from_secs(5),
+        || async {
+            let mut con = fx.conn_for(&queue);
+            let members: Vec<String> = redis::cmd("ZRANGE")
+                .arg(&queue)
+                .arg(0)
+                .arg(-1)
+                .query(&mut con)
+                .unwrap();
+            let Some(member) = members.first() else {
+                return false;
+            };
+            let noted: Option<String> = redis::cmd("HGET")
+                .arg(&heads)
+                .arg(member)
+                .query(&mut con)
+                .unwrap();
+            *service.lock().unwrap() = Some(member.clone());
+            noted.is_some()
+        },
+    )
+    .await;
+    let service = service.into_inner().unwrap().unwrap();
+    // B's waiter tries once more after subscribing, which notes it again: replace the note
+    // until it stays replaced
+    eventually(
+        "the head note stays replaced",
+        Duration::from_secs(5),
+        || async {
+            let mut con = fx.conn_for(&queue);
+            let (secs, micros): (u64, u64) = redis::cmd("TIME").query(&mut con).unwrap();
+            let fake = format!("00000000000000bb 30000 0 {secs}{micros:06} gone~1:owner");
+            let _: i64 = redis::cmd("HSET")
+                .arg(&heads)
+                .arg(&service)
+                .arg(&fake)
+                .query(&mut con)
+                .unwrap();
+            tokio::time::sleep(Duration::from_millis(200)).await;
+            let now: String = redis::cmd("HGET")
+                .arg(&heads)
+                .arg(&service)
+                .query(&mut con)
+                .unwrap();
+            now == fake
+        },
+    )
+    .await;
+    let released = Instant::now();
+    held.release().await.unwrap();
+    let guard = tokio::time::timeout(Duration::from_secs(10), waiting)
+        .await
+        .expect("B still waits 10 s after the release")
+        .unwrap()
+        .unwrap();
+    let after = released.elapsed();
+    assert!(
+        after < Duration::from_millis(200),
+        "B's waiter took the lock {after:?} after the release: the grant to a waiter that left \
+         was not given back"
+    );
+    guard.release().await.unwrap();
+}
+
 topology_tests!(
     waiters_of_one_service_are_served_in_arrival_order,
     a_release_wakes_a_waiter_of_another_service,
     three_services_take_turns,
     an_unclaimed_turn_runs_out,
+    an_unclaimed_pushed_grant_runs_out,
+    a_grant_pushed_to_a_waiter_that_left_is_given_back,
 );

@@ -1,6 +1,6 @@
 -- The mutex kind: acquire, re-enter or confirm one lock (an operation of ops.lua; the value's
 -- layout is in value.lua).
--- Lock key, fence counter, waiting-services zset, (unused); owner field; grant id of this
+-- Lock key, fence counter, waiting-services zset, waiting heads (see value.lua); owner field; grant id of this
 -- attempt (16 hex digits); lease in ms; waiter horizon in ms ('0': the caller will not wait, do
 -- not register it; '-1': confirm a hold the owner has under this grant id, never grant); extra
 -- (unused); fresh: this service is not registered as waiting for the lock (ops.lua's 'f')
@@ -9,7 +9,7 @@
 -- an owner that is the same in every process ('mesh:' fields), a grant of another process that
 -- this one now shares | 0, ms, 0: held by another owner or generation (or it is another
 -- service's turn) for about ms. Tokens are integers.
-local function acquire(lock, fence_key, queue, _, owner, grant_id, lease, horizon, _, fresh)
+local function acquire(lock, fence_key, queue, heads, owner, grant_id, lease, horizon, _, fresh)
   local lease_ms = checked_lease(lease)
   if fresh and horizon ~= '-1' then
     -- the uncontended case in one write: a free lock is taken at once. Its state is 'H' also
@@ -36,6 +36,8 @@ local function acquire(lock, fence_key, queue, _, owner, grant_id, lease, horizo
       redis.call('zrem', queue, service)
       if redis.call('exists', queue) == 1 then
         state = 'W'
+      else
+        redis.call('del', heads)
       end
     end
     redis.call('set', lock, held(state, token, grant_id, owner), 'px', lease_ms)
@@ -45,9 +47,11 @@ local function acquire(lock, fence_key, queue, _, owner, grant_id, lease, horizo
   local state, token, ids, holder = parts(v)
   if holder == owner and state ~= 'T' then
     if ids == grant_id or string.find(ids, grant_id, 1, true) then
-      -- a confirmation, or this attempt ran before (its reply was lost): the same grant
-      if horizon == '-1' and redis.call('pttl', lock) < lease_ms then
-        -- never shorten the lease an outer hold asked for
+      -- a confirmation, this attempt ran before (its reply was lost), or another service's
+      -- release granted it to this waiter (for a short claim window): the same grant, whose
+      -- lease the caller counts from this call's sending. Never shorten the lease an outer
+      -- hold asked for.
+      if redis.call('pttl', lock) < lease_ms then
         redis.call('pexpire', lock, lease_ms)
       end
       return 2, tonumber(token), 1
@@ -74,6 +78,8 @@ local function acquire(lock, fence_key, queue, _, owner, grant_id, lease, horizo
     local next_state = 'H'
     if redis.call('exists', queue) == 1 then
       next_state = 'W'
+    else
+      redis.call('del', heads)
     end
     redis.call('set', lock, held(next_state, token, grant_id, owner), 'px', lease_ms)
     return 1, tonumber(token), 0
@@ -81,6 +87,7 @@ local function acquire(lock, fence_key, queue, _, owner, grant_id, lease, horizo
 
   if horizon ~= '0' then
     register_waiter(queue, tonumber(horizon))
+    note_head(heads, grant_id, lease_ms, owner, tonumber(horizon))
     if state == 'H' then
       redis.call('setrange', lock, 0, 'W')
     end

@@ -1,8 +1,13 @@
 -- The mutex kind: release one grant of a lock (an operation of ops.lua; the value's layout is
 -- in value.lua). When no grant is left: hand it to the next waiter of the releasing service
--- when no other service waits; else give the next turn to the longest-registered other service
--- (only it may take the lock for $TURN_MS) and tell it on the wake-up channel.
--- Lock key, fence counter, waiting-services zset, (unused); owner field; grant id; next owner
+-- when no other service waits; else grant it to the head waiter of the longest-registered
+-- other service, for a claim window of $TURN_MS ms that its holder lengthens to its lease, and
+-- tell it on the wake-up channel:
+--   service .. '\n' .. grant id .. '\n' .. token .. '\n' .. sent .. '\n' .. us .. '\n' .. owner
+-- (`sent` as the head noted it, `us` the server microseconds since it was noted); a service that
+-- noted no head gets the next turn instead (only it may take the lock for $TURN_MS), told by
+-- its id alone.
+-- Lock key, fence counter, waiting-services zset, waiting heads; owner field; grant id; next owner
 -- field ('' for none); its grant id; its lease in ms, or, with no next owner, how long in ms the
 -- lock stays taken after this release frees it ('0': it is freed; else it is kept, by nobody,
 -- for a minimum hold: 'T' .. token .. '|done:' .. owner field, which nobody can take, renew or
@@ -10,7 +15,7 @@
 -- Returns three values: 0, 0, 0: not held under this grant id (so running a release twice
 -- changes nothing the second time) | 1, remaining grants, 0 | 2, 0, 0: freed | 2, 1, 0: freed,
 -- the turn went to another service | 3, token, 0: handed to the next owner (an integer)
-local function release(lock, fence_key, queue, _, owner, grant_id, next_owner, next_id,
+local function release(lock, fence_key, queue, heads, owner, grant_id, next_owner, next_id,
                        next_lease)
   local next_ms, keep_ms = 0, 0
   if next_owner ~= '' then
@@ -76,6 +81,35 @@ local function release(lock, fence_key, queue, _, owner, grant_id, next_owner, n
     end
     return 2, 0, 0
   end
+  local head = redis.call('hget', heads, target)
+  local head_id, head_lease, head_sent, noted, head_owner
+  if head then
+    head_id, head_lease, head_sent, noted, head_owner =
+      string.match(head, '^(%x+) (%d+) (%d+) (%d+) (.*)')
+  end
+  if head_id then
+    -- granted to the target's head at once, for the claim window; if nobody claims it (the
+    -- service is gone), it runs out like a turn. The target no longer waits; this service
+    -- waits behind the others when a waiter of it is next.
+    local token = next_token(fence_key)
+    local since = tonumber(time[1] .. string.sub('00000' .. time[2], -6)) - tonumber(noted)
+    redis.call('zrem', queue, target)
+    local state = 'H'
+    if next_owner ~= '' then
+      register_waiter(queue, $YIELD_HORIZON)
+      note_head(heads, next_id, next_ms, next_owner, $YIELD_HORIZON)
+      state = 'W'
+    elseif redis.call('exists', queue) == 1 then
+      state = 'W'
+    else
+      redis.call('del', heads)
+    end
+    redis.call('set', lock, held(state, token, head_id, head_owner), 'px',
+      math.min(tonumber(head_lease), $TURN_MS))
+    redis.call($PUBLISH, lock .. $CHANNEL_SUFFIX, target .. '\n' .. head_id .. '\n' .. token ..
+      '\n' .. head_sent .. '\n' .. math.max(since, 0) .. '\n' .. head_owner)
+    return 2, 1, 0
+  end
   -- the target must claim its turn by acquiring; if it does not (gone), the turn runs out and
   -- so does its registration
   redis.call('set', lock, 'T0000000000000000|' .. target, 'px', $TURN_MS)
@@ -83,6 +117,7 @@ local function release(lock, fence_key, queue, _, owner, grant_id, next_owner, n
   if next_owner ~= '' then
     -- registered for longer than the turn lasts
     register_waiter(queue, $YIELD_HORIZON)
+    note_head(heads, next_id, next_ms, next_owner, $YIELD_HORIZON)
   elseif redis.call('pttl', queue) < $TURN_MS then
     redis.call('pexpire', queue, $TURN_MS)
   end

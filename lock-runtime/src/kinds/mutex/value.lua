@@ -13,8 +13,8 @@
 -- - grant ids, 16 hex digits each, separated by spaces: one per process holding it (several
 --   only for an owner that is the same in every process, 'mesh:' fields);
 -- - owner field: any text (the first '|' after the grant ids ends them).
--- The lock's waiting services `<lock>:wq` and its channel `<lock>:ch` are written only when a
--- service waits: an uncontended acquire and release write the lock key and the fence counter of
+-- The lock's waiting services `<lock>:wq`, their heads `<lock>:wh` and its channel `<lock>:ch`
+-- are written only when a service waits: an uncontended acquire and release write the lock key and the fence counter of
 -- its slot, nothing else (a fresh acquire takes a free lock with `SET NX` at once; any other
 -- acquire asks whether `<lock>:wq` exists and removes its service from it).
 
@@ -35,4 +35,28 @@ local function held(state, token, ids, owner)
     token = string.rep('0', 16 - #token) .. token
   end
   return state .. token .. ids .. '|' .. owner
+end
+
+-- A registered service's head waiter, in the hash `<lock>:wh` (field: the service id), so that
+-- a release of another service can grant the lock to it at once instead of giving its service
+-- a turn to claim (see release.lua):
+--   grant id .. ' ' .. lease in ms .. ' ' .. sent .. ' ' .. registered .. ' ' .. owner field
+-- where `sent` is when the client sent the registering call (its own clock, see ops.lua) and
+-- `registered` the server clock in microseconds when it ran: the grant's message tells the
+-- service how long after its send time the grant was made (`sent` plus the server time that
+-- passed since), the earliest its lease can have started. A service that sends no `sent`
+-- (replicas must acknowledge its grants before it uses them) notes no head: it gets turns.
+-- The hash lives as long as the registrations: every registration of the mutex writes both.
+local function note_head(heads, grant_id, lease_ms, owner, horizon_ms)
+  if sent == '' then
+    return
+  end
+  if not time then
+    time = redis.call('time')
+  end
+  redis.call('hset', heads, service, grant_id .. ' ' .. lease_ms .. ' ' .. sent .. ' ' ..
+    time[1] .. string.sub('00000' .. time[2], -6) .. ' ' .. owner)
+  if redis.call('pttl', heads) < horizon_ms then
+    redis.call('pexpire', heads, horizon_ms)
+  end
 end
