@@ -51,10 +51,19 @@ end
 -- Registers this service as having waiters for the lock until now + horizon_ms (a number).
 -- The next turn goes to the lowest score, so a registration only ever moves a service back
 -- (GT): a service whose release just yielded, and so went to the back of the line, cannot move
--- ahead again by its next waiter's attempt.
+-- ahead again by its next waiter's attempt. The set's expiry, when it must be lengthened, is
+-- set a quarter beyond the horizon, so that the registrations that follow within that time
+-- need not lengthen it again. Returns 'new' when the set had no expiry (it was just made),
+-- 'lengthened' when its expiry was lengthened, else nil.
 local function register_waiter(queue, horizon_ms, member)
   redis.call('zadd', queue, 'gt', now_ms() + horizon_ms, member or service)
-  if redis.call('pttl', queue) < horizon_ms then
-    redis.call('pexpire', queue, horizon_ms)
+  local ttl = redis.call('pttl', queue)
+  if ttl < horizon_ms then
+    redis.call('pexpire', queue, horizon_ms + math.floor(horizon_ms / 4))
+    if ttl < 0 then
+      return 'new'
+    end
+    return 'lengthened'
   end
+  return nil
 end

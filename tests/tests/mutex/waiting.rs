@@ -680,6 +680,68 @@ async fn a_grant_pushed_to_a_waiter_that_left_is_given_back(fx: Fixture) {
     guard.release().await.unwrap();
 }
 
+/// A registration that ran out (its service went away without leaving) gets nothing: three such
+/// registrations ahead of B, with their heads noted; the release removes them and grants the
+/// lock to B's waiter at once, inside the 250 ms a turn or a pushed grant to them would take.
+async fn registrations_that_ran_out_get_no_grant(fx: Fixture) {
+    let a = fx.service(LONG_WATCHDOG).await;
+    let b = fx.service(LONG_WATCHDOG).await;
+    let key = unique_key("ran-out");
+    let queue = format!("{}:wq", lock_key(&key));
+    let heads = format!("{}:wh", lock_key(&key));
+    let held = a.lock(&key).await.unwrap();
+    let (s, k) = (b.clone(), key.clone());
+    let waiting = tokio::spawn(async move { s.lock(&k).wait(Duration::from_secs(20)).await });
+    waiters_in_line(&b, &key, 1).await;
+    eventually(
+        "B registered as waiting",
+        Duration::from_secs(5),
+        || async { a.inspect(&key).await.unwrap().waiting_services == 1 },
+    )
+    .await;
+    let mut con = fx.conn_for(&queue);
+    let (secs, micros): (u64, u64) = redis::cmd("TIME").query(&mut con).unwrap();
+    for (i, gone) in ["gone-1", "gone-2", "gone-3"].iter().enumerate() {
+        let _: i64 = redis::cmd("ZADD")
+            .arg(&queue)
+            .arg(secs * 1000 + micros / 1000 - 1_000 + i as u64)
+            .arg(gone)
+            .query(&mut con)
+            .unwrap();
+        let _: i64 = redis::cmd("HSET")
+            .arg(&heads)
+            .arg(gone)
+            .arg(format!(
+                "00000000000000c{i} 30000 0 {secs}{micros:06} {gone}~1:owner"
+            ))
+            .query(&mut con)
+            .unwrap();
+    }
+    let released = Instant::now();
+    held.release().await.unwrap();
+    let guard = tokio::time::timeout(Duration::from_secs(10), waiting)
+        .await
+        .expect("B still waits 10 s after the release")
+        .unwrap()
+        .unwrap();
+    let after = released.elapsed();
+    assert!(
+        after < Duration::from_millis(200),
+        "B took the lock {after:?} after the release: a registration that ran out got it first"
+    );
+    let left: Vec<String> = redis::cmd("ZRANGE")
+        .arg(&queue)
+        .arg(0)
+        .arg(-1)
+        .query(&mut con)
+        .unwrap();
+    assert!(
+        left.iter().all(|m| !m.starts_with("gone-")),
+        "the registrations that ran out were removed: {left:?}"
+    );
+    guard.release().await.unwrap();
+}
+
 topology_tests!(
     waiters_of_one_service_are_served_in_arrival_order,
     a_release_wakes_a_waiter_of_another_service,
@@ -687,4 +749,5 @@ topology_tests!(
     an_unclaimed_turn_runs_out,
     an_unclaimed_pushed_grant_runs_out,
     a_grant_pushed_to_a_waiter_that_left_is_given_back,
+    registrations_that_ran_out_get_no_grant,
 );

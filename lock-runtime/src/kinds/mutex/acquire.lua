@@ -86,8 +86,8 @@ local function acquire(lock, fence_key, queue, heads, owner, grant_id, lease, ho
   end
 
   if horizon ~= '0' then
-    register_waiter(queue, tonumber(horizon))
-    note_head(heads, grant_id, lease_ms, owner, tonumber(horizon))
+    local registered = register_waiter(queue, tonumber(horizon))
+    note_head(heads, grant_id, lease_ms, owner, tonumber(horizon), registered)
     if state == 'H' then
       redis.call('setrange', lock, 0, 'W')
     end

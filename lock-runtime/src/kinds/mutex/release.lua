@@ -58,13 +58,26 @@ local function release(lock, fence_key, queue, heads, owner, grant_id, next_owne
     return 2, 0, 0
   end
 
-  local target = nil
+  -- the longest-registered other service whose registration did not run out, and whether
+  -- anyone else is registered (the three first registrations tell; registrations that ran out,
+  -- of services that went away, are removed when one of them did)
+  local target, others = nil, false
   if state == 'W' then
-    redis.call('zremrangebyscore', queue, '-inf', now_ms())
-    for _, waiting in ipairs(redis.call('zrange', queue, 0, 1)) do
-      if waiting ~= service then
-        target = waiting
-        break
+    local now = now_ms()
+    local first = redis.call('zrange', queue, 0, 2, 'withscores')
+    while #first > 0 and tonumber(first[2]) <= now do
+      for i = 1, #first, 2 do
+        if tonumber(first[i + 1]) <= now then
+          redis.call('zrem', queue, first[i])
+        end
+      end
+      first = redis.call('zrange', queue, 0, 2, 'withscores')
+    end
+    for i = 1, #first, 2 do
+      if not target and first[i] ~= service then
+        target = first[i]
+      else
+        others = true
       end
     end
   end
@@ -96,10 +109,10 @@ local function release(lock, fence_key, queue, heads, owner, grant_id, next_owne
     redis.call('zrem', queue, target)
     local state = 'H'
     if next_owner ~= '' then
-      register_waiter(queue, $YIELD_HORIZON)
-      note_head(heads, next_id, next_ms, next_owner, $YIELD_HORIZON)
+      local registered = register_waiter(queue, $YIELD_HORIZON)
+      note_head(heads, next_id, next_ms, next_owner, $YIELD_HORIZON, registered)
       state = 'W'
-    elseif redis.call('exists', queue) == 1 then
+    elseif others then
       state = 'W'
     else
       redis.call('del', heads)
@@ -116,8 +129,8 @@ local function release(lock, fence_key, queue, heads, owner, grant_id, next_owne
   redis.call('zadd', queue, 'xx', now_ms() + $TURN_MS, target)
   if next_owner ~= '' then
     -- registered for longer than the turn lasts
-    register_waiter(queue, $YIELD_HORIZON)
-    note_head(heads, next_id, next_ms, next_owner, $YIELD_HORIZON)
+    local registered = register_waiter(queue, $YIELD_HORIZON)
+    note_head(heads, next_id, next_ms, next_owner, $YIELD_HORIZON, registered)
   elseif redis.call('pttl', queue) < $TURN_MS then
     redis.call('pexpire', queue, $TURN_MS)
   end

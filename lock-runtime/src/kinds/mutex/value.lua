@@ -46,17 +46,22 @@ end
 -- service how long after its send time the grant was made (`sent` plus the server time that
 -- passed since), the earliest its lease can have started. A service that sends no `sent`
 -- (replicas must acknowledge its grants before it uses them) notes no head: it gets turns.
--- The hash lives as long as the registrations: every registration of the mutex writes both.
-local function note_head(heads, grant_id, lease_ms, owner, horizon_ms)
+-- A service's note stays after its registration is removed, to be overwritten by its next
+-- one; the hash is deleted with the last registration, and it lives at least as long as the
+-- registrations: it gets the registrations' expiry when they were just made (`registered`,
+-- register_waiter's reply, is 'new': any note left is of a registration that is gone), and its
+-- expiry is looked at when a service's note is new or the registrations' expiry was
+-- lengthened. Call after register_waiter.
+local function note_head(heads, grant_id, lease_ms, owner, horizon_ms, registered)
   if sent == '' then
     return
   end
-  if not time then
-    time = redis.call('time')
-  end
-  redis.call('hset', heads, service, grant_id .. ' ' .. lease_ms .. ' ' .. sent .. ' ' ..
-    time[1] .. string.sub('00000' .. time[2], -6) .. ' ' .. owner)
-  if redis.call('pttl', heads) < horizon_ms then
-    redis.call('pexpire', heads, horizon_ms)
+  local new = redis.call('hset', heads, service, grant_id .. ' ' .. lease_ms .. ' ' .. sent ..
+    ' ' .. time[1] .. string.sub('00000' .. time[2], -6) .. ' ' .. owner) == 1
+  local expiry = horizon_ms + math.floor(horizon_ms / 4)
+  if registered == 'new' then
+    redis.call('pexpire', heads, expiry)
+  elseif (new or registered) and redis.call('pttl', heads) < horizon_ms then
+    redis.call('pexpire', heads, expiry)
   end
 end
