@@ -108,13 +108,7 @@ impl Engine {
         keep_until: Option<Instant>,
     ) -> Result<Released, LockError> {
         let names = &target.names;
-        if reservation.is_some() {
-            // a release that yields to another service registers this one, whose waiter is
-            // next (release.lua)
-            let horizon = Self::waiter_horizon_of(&self.config, None);
-            let horizon = Duration::from_millis(horizon);
-            self.registered.note(&names.lock, Instant::now(), horizon);
-        }
+        let sent = Instant::now();
         let op = Op::Release {
             target: target.clone(),
             owner: field.clone(),
@@ -137,6 +131,14 @@ impl Engine {
             },
             Err(e) => Err(e),
         };
+        if reservation.is_some() && matches!(reply, Ok(Released::Freed { yielded: true }) | Err(_))
+        {
+            // a release that yields to another service registers this one, whose waiter is
+            // next (release.lua); one whose outcome is unknown may have
+            let horizon = Self::waiter_horizon_of(&self.config, None);
+            let horizon = Duration::from_millis(horizon);
+            self.registered.note(&names.lock, sent, horizon);
+        }
         // The release registered this service as waiting when it reserved a waiter; whether the
         // head hears of its turn depends on the subscription (a head that never asked Redis
         // may not be subscribed yet: it looks at once, as after any release).
