@@ -165,8 +165,8 @@
 //!
 //! A lock `goods:42` with prefix `lock:` lives in the string `lock:{goods:42}` (state, fencing
 //! token, grant ids and owner in one value; its expiry is the lease), with
-//! `lock:{goods:42}:wq` (services waiting) and the channel `lock:{goods:42}:ch` while services
-//! wait. The whole key is the hash tag, which keeps them in one cluster slot;
+//! `lock:{goods:42}:wq` (services waiting), `lock:{goods:42}:wh` (their head waiters, to whom
+//! a release grants the lock) and the channel `lock:{goods:42}:ch` while services wait. The whole key is the hash tag, which keeps them in one cluster slot;
 //! `%`, `{`, `}` in a key are written `%25`, `%7B`, `%7D`, so no key can choose its slot or name
 //! another lock's keys. Fencing tokens come from one counter per cluster slot
 //! (`lock:fence:{<n>}`, never expiring): tokens keep increasing per lock when the server's

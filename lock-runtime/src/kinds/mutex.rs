@@ -1,8 +1,10 @@
-//! The mutex: one owner at a time, re-entrant along a call chain, handed to the next waiter of
-//! the releasing service on the server. Key layout: the string `<prefix>{<key>}` (state,
+//! The mutex: one owner at a time, re-entrant along a call chain, handed by the release script
+//! to the next waiter of the releasing service, or granted to the head waiter of the next
+//! waiting service (see `engine/push.rs`). Key layout: the string `<prefix>{<key>}` (state,
 //! token, grant ids and owner field in one value, see `mutex/value.lua`; its expiry is the
 //! lease), the fence counter of its slot, and only while services wait `<lock>:wq` (services
-//! waiting) and the channel `<lock>:ch`. Scripts: `kinds/mutex/`.
+//! waiting), `<lock>:wh` (their head waiters) and the channel `<lock>:ch`. Scripts:
+//! `kinds/mutex/`.
 
 use std::fmt;
 use std::future::{Future, IntoFuture};
