@@ -169,6 +169,7 @@ impl Engine {
                     owner,
                     grant,
                     next,
+                    in_turn,
                     keep_until,
                     ..
                 } => {
@@ -181,7 +182,7 @@ impl Engine {
                     let (next_owner, next_grant, next_lease) = next
                         .as_ref()
                         .map_or(("", "", keep), |(o, g, lease)| (&**o, &**g, *lease));
-                    call.arg("r")
+                    call.arg(if *in_turn { "k" } else { "r" })
                         .arg(&**owner)
                         .arg(&**grant)
                         .arg(next_owner)

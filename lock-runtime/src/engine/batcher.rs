@@ -38,6 +38,9 @@ pub(crate) enum Op {
         /// The parked waiter of this service to hand the lock to: its owner, grant id and
         /// lease.
         next: Option<(OwnerField, GrantId, u64)>,
+        /// Hand the lock to `next` even when other services wait: this service's turn with it
+        /// started less than a slice ago (see `Reservation::in_turn`).
+        in_turn: bool,
         /// A lock freed by this release stays taken until then (a minimum hold), when the kind
         /// keeps locks (the mutex); `None`: freed at once.
         keep_until: Option<std::time::Instant>,

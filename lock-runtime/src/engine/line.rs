@@ -221,15 +221,19 @@ impl Local {
                     ),
                 }
             }
-            Some(w) => add_hold(
-                &mut state.holds,
-                w.kind,
-                &w.owner,
-                &w.grant,
-                w.watched,
-                sent,
-                w.lease_ms,
-            ),
+            Some(w) => {
+                // granted by its own attempt: the lock came to this service from Redis
+                state.turn_since = Some(Instant::now());
+                add_hold(
+                    &mut state.holds,
+                    w.kind,
+                    &w.owner,
+                    &w.grant,
+                    w.watched,
+                    sent,
+                    w.lease_ms,
+                )
+            }
             // not in line (cannot happen): a hold that is already lost
             None => {
                 let cell = HoldCell::new(sent);
@@ -323,6 +327,7 @@ impl Local {
         w.state = WaiterState::Granted(token);
         w.granted_at = since;
         w.wake.notify_one();
+        state.turn_since = Some(Instant::now());
     }
 
     /// Wakes the head waiter of `key`.

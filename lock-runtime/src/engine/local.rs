@@ -38,7 +38,19 @@ pub(super) struct KeyState {
     /// A waiter of the line was refused since the line was last empty: the service may be
     /// registered as waiting on Redis (see [`Local::leave_granted`]).
     pub(super) refused: bool,
+    /// When the lock came to this service from Redis (an attempt's grant, a grant another
+    /// service's release pushed), kept while it passes from waiter to waiter here: while less
+    /// than [`TURN_SLICE`] ago, a release hands it to the next waiter here even when other
+    /// services wait (see [`Reservation::in_turn`]).
+    pub(super) turn_since: Option<Instant>,
 }
+
+/// How long a service may pass a lock among its own waiters while other services wait for it,
+/// counted from when it got the lock from Redis; then its next release gives the lock to the
+/// next service. A turn of a few hand-offs inside a service costs a fraction of one between
+/// services, and the other services wait at most a slice (and the section running when it
+/// ends) per service ahead of them.
+pub(crate) const TURN_SLICE: std::time::Duration = std::time::Duration::from_millis(5);
 
 /// Whether a timer already watches for a turn of another service running out, and when a
 /// wake-up last found the head reserved for a hand-off.
@@ -99,6 +111,9 @@ pub(crate) struct Reservation {
     pub(crate) owner: OwnerField,
     pub(crate) grant: GrantId,
     pub(crate) lease_ms: u64,
+    /// The service's turn with the lock started less than [`TURN_SLICE`] ago: the release hands
+    /// the lock to this waiter even when other services wait.
+    pub(crate) in_turn: bool,
 }
 
 /// How a release attempt on Redis ended, as far as the waiter line cares.
@@ -366,15 +381,19 @@ impl Local {
         // off have one grant per key at a time).
         let now = Instant::now();
         let others_hold = state.holds.iter().any(|h| h.live(now));
+        let in_turn = state
+            .turn_since
+            .is_some_and(|since| now.saturating_duration_since(since) < TURN_SLICE);
         let reservation = match state.waiters.front_mut() {
             Some(head) if hand_off && !others_hold && head.state == WaiterState::Parked => {
                 head.state = WaiterState::Reserved;
                 Some(Reservation {
                     waiter: head.id,
-                    at: Instant::now(),
+                    at: now,
                     owner: head.owner.clone(),
                     grant: head.grant.clone(),
                     lease_ms: head.lease_ms,
+                    in_turn,
                 })
             }
             _ => None,
@@ -407,6 +426,10 @@ impl Local {
         let reserved = reservation
             .as_ref()
             .and_then(|r| state.waiters.iter().position(|w| w.id == r.waiter));
+        if !matches!(end, ReleaseEnd::HandedOff(_) | ReleaseEnd::Unchanged) {
+            // the lock left this service: its next grant starts a new turn
+            state.turn_since = None;
+        }
         match (end, reserved) {
             (ReleaseEnd::HandedOff(token), Some(i)) => {
                 let w = &state.waiters[i];

@@ -116,6 +116,7 @@ impl Engine {
             next: reservation
                 .as_ref()
                 .map(|r| (r.owner.clone(), r.grant.clone(), r.lease_ms)),
+            in_turn: reservation.as_ref().is_some_and(|r| r.in_turn),
             keep_until,
         };
         let reply = match self.run_op(op).await {
@@ -198,6 +199,7 @@ impl Engine {
                 owner: field.clone(),
                 grant: grant.clone(),
                 next: None,
+                in_turn: false,
                 keep_until,
             };
             match self.run_op(op).await {

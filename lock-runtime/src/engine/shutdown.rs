@@ -95,6 +95,7 @@ impl Engine {
                     owner: e.owner,
                     grant: e.grant,
                     next: None,
+                    in_turn: false,
                     keep_until: None,
                 });
         }

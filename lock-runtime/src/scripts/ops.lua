@@ -14,6 +14,8 @@
 --   'f': like 'a', from a service that is not registered as waiting for the lock: the kind's
 --        acquire may try the lock before it looks at anything else (its `fresh` parameter)
 --   'r', owner field, grant id, next owner field or '', its grant id, its lease  (release)
+--   'k': like 'r', in the releasing service's turn: a kind that hands off gives the lock to the
+--        next owner even when other services wait (the release function's `in_turn`)
 -- Every kind's acquire replies 1, token, 0 (granted) | 2, token, n (the owner holds it under
 -- this grant id) | 0, ms, room (not now; look again in about ms; room > 0: another request
 -- might be granted now, so the waiter behind may try: permits left free, a reader kept out
@@ -27,12 +29,12 @@
 if #KEYS == $KEYS then
   -- a lone caller's operation, the common case when there is no load: a failure fails the call,
   -- which is its failure alone, so it goes without the loop and pcall
-  if ARGV[3] ~= 'r' then
+  if ARGV[3] ~= 'r' and ARGV[3] ~= 'k' then
     return {acquire(KEYS[1], KEYS[2], KEYS[3], $FOURTH_1, ARGV[4], ARGV[5], ARGV[6], ARGV[7],
       ARGV[8], ARGV[3] == 'f')}
   end
   return {release(KEYS[1], KEYS[2], KEYS[3], $FOURTH_1, ARGV[4], ARGV[5], ARGV[6], ARGV[7],
-    ARGV[8])}
+    ARGV[8], ARGV[3] == 'k')}
 end
 local replies = {}
 local stopped = false
@@ -41,12 +43,12 @@ for i = 1, #KEYS / $KEYS do
   local ok, code, x, y
   if stopped then
     ok, code, x, y = true, -2, 'not run', 0
-  elseif ARGV[a] ~= 'r' then
+  elseif ARGV[a] ~= 'r' and ARGV[a] ~= 'k' then
     ok, code, x, y = pcall(acquire, KEYS[k], KEYS[k + 1], KEYS[k + 2], $FOURTH_K,
       ARGV[a + 1], ARGV[a + 2], ARGV[a + 3], ARGV[a + 4], ARGV[a + 5], ARGV[a] == 'f')
   else
     ok, code, x, y = pcall(release, KEYS[k], KEYS[k + 1], KEYS[k + 2], $FOURTH_K,
-      ARGV[a + 1], ARGV[a + 2], ARGV[a + 3], ARGV[a + 4], ARGV[a + 5])
+      ARGV[a + 1], ARGV[a + 2], ARGV[a + 3], ARGV[a + 4], ARGV[a + 5], ARGV[a] == 'k')
   end
   if not ok then
     -- a failed redis.call raises its error as a string (a table with `err` before Redis 7)

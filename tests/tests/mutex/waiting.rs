@@ -14,6 +14,9 @@ use lock_tests::harness::{Spec, unique_key};
 use tokio::sync::Mutex;
 
 const LONG_WATCHDOG: Duration = Duration::from_secs(30);
+/// A service passes a lock among its own waiters for at most 5 ms while other services wait
+/// (README, "Fair, herd-free waiting"); a section this long ends every such turn.
+const SECTION_PAST_SLICE: Duration = Duration::from_millis(12);
 
 // ---- single node ----
 
@@ -210,7 +213,7 @@ async fn services_take_turns_instead_of_one_keeping_the_lock() {
             tasks.push(tokio::spawn(async move {
                 let g = l.lock(&k).wait(Duration::from_secs(10)).await.unwrap();
                 order.lock().await.push(name);
-                tokio::time::sleep(Duration::from_millis(5)).await;
+                tokio::time::sleep(SECTION_PAST_SLICE).await;
                 g.release().await.unwrap();
             }));
             waiters_in_line(service, &key, i + 1).await;
@@ -236,10 +239,62 @@ async fn services_take_turns_instead_of_one_keeping_the_lock() {
     );
 }
 
-/// A release gives the next turn to the service that has been registered as waiting longest
-/// (README: "the release gives the next turn to the longest-registered one ... so instances take
-/// turns"). Services A, B and C wait from the start; A has a second waiter with a shorter wait.
-/// Once A and B have had the lock, C - waiting all along - is next, not A again.
+/// A service passes the lock among its own waiters while others wait for a slice of 5 ms at
+/// most: service A has 16 waiters whose sections take 1 ms or more (so at most six of them fit
+/// in a slice that begins when A gets the lock), B has 3 waiters, lined up after A's; between two
+/// of B's sections, and before B's first, A runs at most six. (That A's waiters pass the lock
+/// along inside A meanwhile is what bench S3 measures: about 5 commands per critical section
+/// with 4 services on one key, as with one service.)
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_service_keeps_the_lock_for_its_own_waiters_a_slice_at_most() {
+    let fx = Fixture::single().await;
+    let holder = fx.service(LONG_WATCHDOG).await;
+    let a = fx.service(LONG_WATCHDOG).await;
+    let b = fx.service(LONG_WATCHDOG).await;
+    let key = unique_key("slice");
+    let order = Arc::new(Mutex::new(Vec::new()));
+    let first = holder.lock(&key).await.unwrap();
+    let mut tasks = Vec::new();
+    // A registers first, so it gets the lock first
+    for (name, service, n) in [("a", &a, 16), ("b", &b, 3)] {
+        for i in 0..n {
+            let (l, k, order) = (service.clone(), key.clone(), order.clone());
+            tasks.push(tokio::spawn(async move {
+                let g = l.lock(&k).wait(Duration::from_secs(20)).await.unwrap();
+                order.lock().await.push(name);
+                tokio::time::sleep(Duration::from_millis(1)).await;
+                g.release().await.unwrap();
+            }));
+            waiters_in_line(service, &key, i + 1).await;
+        }
+    }
+    eventually(
+        "two services registered as waiting",
+        Duration::from_secs(5),
+        || async { holder.inspect(&key).await.unwrap().waiting_services == 2 },
+    )
+    .await;
+    first.release().await.unwrap();
+    for t in tasks {
+        t.await.unwrap();
+    }
+    let order = order.lock().await.clone();
+    let last_b = order.iter().rposition(|n| *n == "b").unwrap();
+    let runs: Vec<usize> = order[..last_b]
+        .split(|n| *n == "b")
+        .map(<[&str]>::len)
+        .collect();
+    assert!(
+        runs.iter().all(|&run| run <= 6),
+        "A kept the lock past its slice while B waited: {order:?}"
+    );
+}
+
+/// A release gives the lock to the service that has been registered as waiting longest
+/// (README: "grants the lock ... to the head waiter of the longest-registered one"). Services
+/// A, B and C wait from the start; A has a second waiter with a shorter wait. Once A and B have
+/// had the lock, C - waiting all along - is next, not A again (each section lasts longer than a
+/// service's slice of passing the lock among its own waiters).
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_service_that_just_had_the_lock_does_not_get_the_turn_before_one_waiting_longer() {
     let fx = Fixture::single().await;
@@ -264,6 +319,8 @@ async fn a_service_that_just_had_the_lock_does_not_get_the_turn_before_one_waiti
         tasks.push(tokio::spawn(async move {
             let g = l.lock(&k).wait(Duration::from_millis(wait)).await.unwrap();
             order.lock().await.push(name);
+            // longer than a service's slice of passing the lock among its own waiters
+            tokio::time::sleep(SECTION_PAST_SLICE).await;
             g.release().await.unwrap();
         }));
         waiters_in_line(service, &key, in_line).await;
@@ -453,9 +510,10 @@ async fn a_release_wakes_a_waiter_of_another_service(fx: Fixture) {
 }
 
 /// Three services waiting for one lock get it in turn: every service has had it before any has
-/// it twice, and no service keeps it while others wait. (The services' waits end in the order
-/// they arrive, 50 ms apart: the turn order follows the waiters' deadlines, see
-/// above for a service that gets the turn back ahead of one waiting longer.)
+/// it twice, and no service keeps it while others wait (each section lasts longer than a
+/// service's slice of passing the lock among its own waiters). (The services' waits end in the
+/// order they arrive, 50 ms apart: the turn order follows the waiters' deadlines, see above for
+/// a service that gets the turn back ahead of one waiting longer.)
 async fn three_services_take_turns(fx: Fixture) {
     let holder = fx.service(LONG_WATCHDOG).await;
     let services = [
@@ -474,6 +532,7 @@ async fn three_services_take_turns(fx: Fixture) {
             tasks.push(tokio::spawn(async move {
                 let g = l.lock(&k).wait(wait).await.unwrap();
                 order.lock().unwrap().push(name);
+                tokio::time::sleep(SECTION_PAST_SLICE).await;
                 g.release().await.unwrap();
             }));
             waiters_in_line(service, &key, i + 1).await;

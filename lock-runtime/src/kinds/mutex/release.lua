@@ -11,12 +11,13 @@
 -- field ('' for none); its grant id; its lease in ms, or, with no next owner, how long in ms the
 -- lock stays taken after this release frees it ('0': it is freed; else it is kept, by nobody,
 -- for a minimum hold: 'T' .. token .. '|done:' .. owner field, which nobody can take, renew or
--- release, and which expires by itself - see value.lua)
+-- release, and which expires by itself - see value.lua); in_turn: the releasing service's turn
+-- with the lock goes on (ops.lua's 'k'), so the next owner gets it even when others wait
 -- Returns three values: 0, 0, 0: not held under this grant id (so running a release twice
 -- changes nothing the second time) | 1, remaining grants, 0 | 2, 0, 0: freed | 2, 1, 0: freed,
 -- the turn went to another service | 3, token, 0: handed to the next owner (an integer)
 local function release(lock, fence_key, queue, heads, owner, grant_id, next_owner, next_id,
-                       next_lease)
+                       next_lease, in_turn)
   local next_ms, keep_ms = 0, 0
   if next_owner ~= '' then
     next_ms = checked_lease(next_lease)
@@ -62,6 +63,12 @@ local function release(lock, fence_key, queue, heads, owner, grant_id, next_owne
   -- anyone else is registered (the three first registrations tell; registrations that ran out,
   -- of services that went away, are removed when one of them did)
   local target, others = nil, false
+  if state == 'W' and in_turn and next_owner ~= '' then
+    -- the releasing service's turn goes on: its next waiter, the others still waiting
+    local handed = next_token(fence_key)
+    redis.call('set', lock, held('W', handed, next_id, next_owner), 'px', next_ms)
+    return 3, tonumber(handed), 0
+  end
   if state == 'W' then
     local now = now_ms()
     local first = redis.call('zrange', queue, 0, 2, 'withscores')
