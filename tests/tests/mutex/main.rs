@@ -1,5 +1,6 @@
 //! The mutex (`LockService::lock`): its semantics on a single node, across OS processes, on
-//! every topology, and its fair waiting and wake-ups; what its operations cost Redis (`cost`);
+//! every topology, and its fair waiting and wake-ups (`waiting`, grants pushed across services in
+//! `pushed`); what its operations cost Redis (`cost`);
 //! and the blocking API (`blocking`).
 
 #[macro_use]
@@ -9,6 +10,7 @@ mod common;
 mod blocking;
 mod cost;
 mod processes;
+mod pushed;
 mod single_node;
 mod topologies;
 mod waiting;
