@@ -107,6 +107,7 @@ impl Engine {
     pub(crate) fn ops_script(&self, kind: &Kind) -> &redis::Script {
         self.ops_scripts[kind.id].get_or_init(|| {
             scripts::ops(
+                kind.lua_first,
                 kind.lua,
                 kind.fourth_key.is_some(),
                 self.backend.publish_command(),

@@ -36,6 +36,7 @@ pub(crate) static MUTEX: Kind = Kind {
     noun: "lock",
     mode: HoldMode::Exclusive,
     busy: "it is held by another owner",
+    lua_first: include_str!("mutex/fast.lua"),
     lua: &[
         VALUE_LUA,
         include_str!("mutex/acquire.lua"),

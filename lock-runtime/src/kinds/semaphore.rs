@@ -32,6 +32,7 @@ pub(crate) static SEMAPHORE: Kind = Kind {
     noun: "semaphore",
     mode: HoldMode::Permits,
     busy: "all its permits are held",
+    lua_first: "",
     lua: &[include_str!("semaphore/semaphore.lua")],
     renew: &RENEW,
     shared: true,

@@ -37,20 +37,36 @@ pub(crate) const TURN_MS: u64 = 250;
 /// The longest lease the scripts accept (see [`crate::vocab::MAX_LEASE_MS`]).
 pub(crate) use crate::vocab::MAX_LEASE_MS;
 
-/// The operations of the kind whose Lua is `kind_lua`, with a service's settings:
-/// `clock.lua`, `prelude.lua`, the kind's functions and `ops.lua`, with every `$` name replaced by its
-/// literal (see `prelude.lua`). Services with the same settings share one script.
+/// The operations of the kind whose Lua is `kind_lua`, with a service's settings: the kind's
+/// `kind_first` part (its common operations done before anything is defined, see
+/// [`Kind::lua_first`](crate::engine::Kind)), `clock.lua`, `prelude.lua`, the kind's functions
+/// and `ops.lua`, with every `$` name replaced by its literal (see `prelude.lua`). Services with
+/// the same settings share one script.
 pub(crate) fn ops(
+    kind_first: &str,
     kind_lua: &[&str],
     four_keys: bool,
     publish: &str,
     yield_horizon_ms: u64,
 ) -> Script {
-    Script::new(&ops_text(kind_lua, four_keys, publish, yield_horizon_ms))
+    Script::new(&ops_text(
+        kind_first,
+        kind_lua,
+        four_keys,
+        publish,
+        yield_horizon_ms,
+    ))
 }
 
-fn ops_text(kind_lua: &[&str], four_keys: bool, publish: &str, yield_horizon_ms: u64) -> String {
-    let mut text = String::from(include_str!("clock.lua"));
+fn ops_text(
+    kind_first: &str,
+    kind_lua: &[&str],
+    four_keys: bool,
+    publish: &str,
+    yield_horizon_ms: u64,
+) -> String {
+    let mut text = String::from(kind_first);
+    text.push_str(include_str!("clock.lua"));
     text.push_str(include_str!("prelude.lua"));
     for part in kind_lua {
         text.push_str(part);
@@ -129,6 +145,8 @@ impl<'a> ScriptCall<'a> {
 mod tests {
     use super::*;
 
+    const FAST: &str = include_str!("../kinds/mutex/fast.lua");
+
     #[test]
     fn ops_gets_every_setting_as_a_literal() {
         let kind = [
@@ -136,16 +154,18 @@ mod tests {
             include_str!("../kinds/mutex/acquire.lua"),
             include_str!("../kinds/mutex/release.lua"),
         ];
-        let text = ops_text(&kind, false, "spublish", 31_000);
+        let text = ops_text(FAST, &kind, true, "spublish", 31_000);
         assert!(!text.contains('$'), "a setting was left out");
         assert!(text.contains("redis.call('spublish', lock .. ':ch', target)"));
         assert!(text.contains("register_waiter(queue, 31000)"));
         assert!(text.contains("'px', 250)"));
-        assert!(text.contains("for i = 1, #KEYS / 3 do"));
-        assert!(ops_text(&kind, true, "publish", 1).contains("KEYS[k + 2], KEYS[k + 3],"));
+        assert!(text.contains("for i = 1, #KEYS / 4 do"));
+        assert!(text.starts_with(FAST.lines().next().unwrap()));
+        assert!(text.contains(&format!("lease <= {MAX_LEASE_MS} and")));
+        assert!(ops_text("", &kind, true, "publish", 1).contains("KEYS[k + 2], KEYS[k + 3],"));
         assert_ne!(
-            ops(&kind, false, "spublish", 31_000).get_hash(),
-            ops(&kind, false, "publish", 31_000).get_hash()
+            ops(FAST, &kind, true, "spublish", 31_000).get_hash(),
+            ops(FAST, &kind, true, "publish", 31_000).get_hash()
         );
     }
 }
