@@ -26,8 +26,9 @@ pub(crate) struct Kind {
     pub(crate) mode: crate::vocab::HoldMode,
     /// Why an acquire of this kind waits ("it is held by another owner"), for timeout errors.
     pub(crate) busy: &'static str,
-    /// Lua source run first in the kind's operations script, before anything is defined: the
-    /// kind's most common operations done at once (the mutex's `fast.lua`), or "".
+    /// Lua source run first in the kind's operations script, after the clock (`clock.lua`)
+    /// and before anything else is defined: the kind's most common operations done at once
+    /// (the mutex's `fast.lua`), or "".
     pub(crate) lua_first: &'static str,
     /// Lua source defining the kind's `acquire` and `release` functions (after the shared
     /// prelude, before `ops.lua`).

@@ -24,7 +24,12 @@ local function release(lock, fence_key, queue, heads, owner, grant_id, next_owne
   elseif next_lease ~= '0' and next_lease ~= '' then
     keep_ms = checked_lease(next_lease)
   end
-  local v = redis.call('get', lock)
+  -- the value fast.lua read for this operation, if it did (a lone release)
+  local v = read_first
+  read_first = nil
+  if v == nil then
+    v = redis.call('get', lock)
+  end
   if not v then
     return 0, 0, 0
   end
