@@ -313,6 +313,20 @@ impl Local {
         } else {
             w.lease_ms
         };
+        Self::grant_waiter(state, i, token, since, lease_ms);
+        state.turn_since = Some(Instant::now());
+    }
+
+    /// Waiter `i` of `state` holds the lock with `token`, its lease of `lease_ms` running from
+    /// `since`: its hold is registered and it is woken to take it.
+    pub(super) fn grant_waiter(
+        state: &mut KeyState,
+        i: usize,
+        token: u64,
+        since: Instant,
+        lease_ms: u64,
+    ) {
+        let w = &state.waiters[i];
         let (kind, owner, grant, watched) = (w.kind, w.owner.clone(), w.grant.clone(), w.watched);
         add_hold(
             &mut state.holds,
@@ -327,7 +341,6 @@ impl Local {
         w.state = WaiterState::Granted(token);
         w.granted_at = since;
         w.wake.notify_one();
-        state.turn_since = Some(Instant::now());
     }
 
     /// Wakes the head waiter of `key`.

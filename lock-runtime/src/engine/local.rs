@@ -432,28 +432,9 @@ impl Local {
         }
         match (end, reserved) {
             (ReleaseEnd::HandedOff(token), Some(i)) => {
-                let w = &state.waiters[i];
-                let (kind, owner, grant, watched, lease_ms) = (
-                    w.kind,
-                    w.owner.clone(),
-                    w.grant.clone(),
-                    w.watched,
-                    w.lease_ms,
-                );
                 let at = reservation.as_ref().map_or_else(Instant::now, |r| r.at);
-                add_hold(
-                    &mut state.holds,
-                    kind,
-                    &owner,
-                    &grant,
-                    watched,
-                    at,
-                    lease_ms,
-                );
-                let waiter = &mut state.waiters[i];
-                waiter.state = WaiterState::Granted(token);
-                waiter.granted_at = at;
-                waiter.wake.notify_one();
+                let lease_ms = state.waiters[i].lease_ms;
+                Self::grant_waiter(state, i, token, at, lease_ms);
                 None
             }
             // the waiter left: whatever reached it goes back (releasing a grant id that was
