@@ -410,7 +410,9 @@ impl Counts {
 
 fn is_request(name: &str) -> bool {
     name.starts_with("eval")
+        || name.starts_with("fcall")
         || name.starts_with("script|")
+        || name.starts_with("function|")
         || name.starts_with("client|")
         || matches!(
             name,

@@ -16,8 +16,9 @@ use tokio::task::JoinHandle;
 
 use crate::error::Result;
 
-/// The script calls counted, as RESP bulk strings (`$7\r\nEVALSHA\r\n`).
-const SCRIPT_CALLS: &[&[u8]] = &[b"\r\nEVALSHA\r\n", b"\r\nEVAL\r\n"];
+/// The script calls counted, as RESP bulk strings (`$7\r\nEVALSHA\r\n`): scripts and Redis
+/// Functions.
+const SCRIPT_CALLS: &[&[u8]] = &[b"\r\nEVALSHA\r\n", b"\r\nEVAL\r\n", b"\r\nFCALL\r\n"];
 /// The plain `SET`s counted.
 const SETS: &[&[u8]] = &[b"\r\nSET\r\n"];
 

@@ -24,7 +24,7 @@ use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering::SeqCst};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
-use common::{Fixture, Monitor, Worker, eventually};
+use common::{Fixture, Monitor, Worker, eventually, script_call};
 use lock_runtime::{
     ErrorKind, LockConfig, LockKind, LockService, OwnerId, ReadGuard, WriteGuard, owner,
 };
@@ -453,7 +453,7 @@ async fn a_write_release_wakes_the_readers_or_the_next_writer(fx: Fixture) {
     let lock = rw_key(&key);
     let monitor = Monitor::start(fx.node_for(&lock), {
         let turn = format!("\"{}\"", writers_key(&key));
-        move |line: &str| line.contains("\"EVALSHA\"") && line.contains(&turn)
+        move |line: &str| script_call(line) && line.contains(&turn)
     })
     .await;
 
@@ -1187,7 +1187,7 @@ async fn a_reader_kept_out_by_a_waiting_writer_sleeps_until_woken() {
     let key = unique_key("no-polling");
     let monitor = Monitor::start(fx.node_for(&rw_key(&key)), {
         let turn = format!("\"{}\"", writers_key(&key));
-        move |line: &str| line.contains("\"EVALSHA\"") && line.contains(&turn)
+        move |line: &str| script_call(line) && line.contains(&turn)
     })
     .await;
     let share = a.read(&key).await.unwrap();

@@ -16,7 +16,7 @@ use std::sync::atomic::{AtomicI64, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
-use common::{Fixture, Worker, acquire_op, evalsha_calls, eventually};
+use common::{Fixture, Worker, acquire_op, eventually, script_call, script_calls};
 use lock_runtime::{
     ErrorKind, LockConfig, LockError, LockKind, LockService, Topology as LockTopology,
 };
@@ -573,10 +573,10 @@ async fn a_waiter_makes_no_calls_while_it_waits() {
     let mut con = fx.redis();
     // its attempts around the subscription are over once the count stays put
     let deadline = Instant::now() + Duration::from_secs(5);
-    let mut before = evalsha_calls(&mut con);
+    let mut before = script_calls(&mut con);
     loop {
         tokio::time::sleep(Duration::from_millis(200)).await;
-        let now = evalsha_calls(&mut con);
+        let now = script_calls(&mut con);
         if std::mem::replace(&mut before, now) == now {
             break;
         }
@@ -584,7 +584,7 @@ async fn a_waiter_makes_no_calls_while_it_waits() {
     }
     // the window under test: the waiter waits 2 s for a release
     tokio::time::sleep(Duration::from_secs(2)).await;
-    let while_waiting = evalsha_calls(&mut con) - before;
+    let while_waiting = script_calls(&mut con) - before;
     assert!(
         while_waiting == 0,
         "the waiter ran {while_waiting} scripts in 2 s of waiting: it polls"
@@ -597,7 +597,7 @@ async fn a_waiter_makes_no_calls_while_it_waits() {
         .expect("the release woke the waiter")
         .unwrap()
         .unwrap();
-    let calls = evalsha_calls(&mut con) - before;
+    let calls = script_calls(&mut con) - before;
     println!(
         "{while_waiting} scripts in 2 s of waiting; granted {:?} after the release, in {calls} \
          scripts with the release",
@@ -753,9 +753,7 @@ async fn a_dropped_permit_is_no_longer_renewed() {
     let renewals = common::Monitor::start(fx.node_for(&hash), {
         let quoted = format!("\"{hash}\"");
         // a renewal names the hash alone; acquires and releases name its fence counter too
-        move |line: &str| {
-            line.contains("\"EVALSHA\"") && line.contains(&quoted) && !line.contains(":fence:{")
-        }
+        move |line: &str| script_call(line) && line.contains(&quoted) && !line.contains(":fence:{")
     })
     .await;
     let sem = a.semaphore(&name, 2);
@@ -1064,7 +1062,7 @@ async fn a_release_wakes_a_smaller_request_behind_a_larger_one() {
     let name = unique_key("sem-behind");
     let queue = format!("\"{}:wq\"", sem_hash(&name));
     let attempts = common::Monitor::start(fx.node_for(&sem_hash(&name)), move |line: &str| {
-        line.contains("\"EVALSHA\"") && line.contains(&queue) && acquire_op(line)
+        script_call(line) && line.contains(&queue) && acquire_op(line)
     })
     .await;
     let sa = a.semaphore(&name, 2);

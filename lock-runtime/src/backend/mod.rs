@@ -21,6 +21,7 @@ mod single;
 mod tls;
 
 use std::future::Future;
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::Duration;
 
 use redis::aio::ConnectionLike;
@@ -30,7 +31,7 @@ use tokio::sync::mpsc::UnboundedSender;
 
 use crate::config::{LockConfig, Topology};
 use crate::error::{ErrorKind, LockError};
-use crate::scripts::ScriptCall;
+use crate::scripts::{Function, ScriptCall};
 
 /// How many keys one `SCAN` step looks at.
 const SCAN_COUNT: u32 = 1000;
@@ -43,6 +44,10 @@ pub(crate) struct Backend {
     username: Option<String>,
     /// `(replicas, timeout)` every grant must be acknowledged by.
     sync: Option<(u32, Duration)>,
+    /// Whether the lock operations go as Redis Functions (`FCALL`): until a server says it has
+    /// no Functions (before 7.0) or the user may not load or call them (ACL), then `EVALSHA`
+    /// for good (see [`invoke`]).
+    functions: AtomicBool,
 }
 
 enum Conn {
@@ -95,7 +100,13 @@ impl Backend {
             response_timeout: config.response_timeout(),
             username: login.clone(),
             sync: synced.then(|| (config.sync_replicas(), config.sync_timeout())),
+            functions: AtomicBool::new(true),
         })
+    }
+
+    /// Whether to send the lock operations as Redis Functions (see [`ScriptCall::ops`]).
+    pub(crate) fn functions(&self) -> bool {
+        self.functions.load(Ordering::Relaxed)
     }
 
     /// The command that publishes on a wake-up channel from inside a script.
@@ -130,20 +141,23 @@ impl Backend {
     ) -> Result<T, LockError> {
         match &self.conn {
             Conn::Single(s) => {
-                self.timed(what, invoke(&mut s.commands.clone(), call))
+                self.timed(what, invoke(&mut s.commands.clone(), call, &self.functions))
                     .await
             }
             Conn::Cluster(c) => {
                 let attempt = || {
                     let mut con = c.commands.clone();
-                    async move { invoke(&mut con, call).await }
+                    async move { invoke(&mut con, call, &self.functions).await }
                 };
                 self.timed(what, not_run_retried(attempt)).await
             }
             Conn::Sentinel(s) => {
                 let master = s.current();
                 let result = self
-                    .timed(what, invoke(&mut master.commands.clone(), call))
+                    .timed(
+                        what,
+                        invoke(&mut master.commands.clone(), call, &self.functions),
+                    )
                     .await;
                 s.check(&result);
                 result
@@ -216,13 +230,16 @@ impl Backend {
         Ok(match &self.conn {
             Conn::Single(s) => {
                 let mut con = s.synced_connection();
-                self.timed(what, with_wait(&mut con, call, replicas, timeout))
-                    .await?
+                self.timed(
+                    what,
+                    with_wait(&mut con, call, replicas, timeout, &self.functions),
+                )
+                .await?
             }
             Conn::Cluster(c) => {
                 let attempt = || {
                     let mut con = c.synced.clone().unwrap_or_else(|| c.commands.clone());
-                    async move { with_wait(&mut con, call, replicas, timeout).await }
+                    async move { with_wait(&mut con, call, replicas, timeout, &self.functions).await }
                 };
                 self.timed(what, not_run_retried(attempt)).await?
             }
@@ -230,7 +247,10 @@ impl Backend {
                 let master = s.current();
                 let mut con = master.synced_connection();
                 let result = self
-                    .timed(what, with_wait(&mut con, call, replicas, timeout))
+                    .timed(
+                        what,
+                        with_wait(&mut con, call, replicas, timeout, &self.functions),
+                    )
                     .await;
                 s.check(&result);
                 result?
@@ -395,8 +415,42 @@ fn login_user(config: &LockConfig) -> Option<String> {
     single::url_user(url)
 }
 
+/// Runs a script call: an `FCALL` loads its library and goes again when the server lacks it
+/// (a server restarted without persistence, a node new to the cluster, `FUNCTION FLUSH`); a
+/// server without Functions, or a user refused them, turns `functions` off and the call goes as
+/// `EVALSHA` (none of these errors comes from a function that ran). An `EVALSHA` loads the
+/// script and goes again on NOSCRIPT.
+async fn invoke<C, T>(
+    con: &mut C,
+    call: &ScriptCall<'_>,
+    functions: &AtomicBool,
+) -> redis::RedisResult<T>
+where
+    C: ConnectionLike + Send,
+    T: FromRedisValue,
+{
+    let Some(function) = call.function else {
+        return evalsha(con, call).await;
+    };
+    let mut result = call.cmd.query_async(con).await;
+    if matches!(&result, Err(e) if is_function_missing(e)) {
+        // a refused load falls back below, like a refused call
+        result = match load_library(con, function).await {
+            Ok(()) => call.cmd.query_async(con).await,
+            Err(e) => Err(e),
+        };
+    }
+    match result {
+        Err(e) if refuses_functions(&e) => {
+            no_functions(functions, &e);
+            evalsha(con, &call.as_script()).await
+        }
+        other => other,
+    }
+}
+
 /// `EVALSHA`, loading the script and going again on NOSCRIPT.
-async fn invoke<C, T>(con: &mut C, call: &ScriptCall<'_>) -> redis::RedisResult<T>
+async fn evalsha<C, T>(con: &mut C, call: &ScriptCall<'_>) -> redis::RedisResult<T>
 where
     C: ConnectionLike + Send,
     T: FromRedisValue,
@@ -408,6 +462,54 @@ where
         }
         other => other,
     }
+}
+
+/// `FUNCTION LOAD REPLACE` of `function`'s library (in cluster mode on every master).
+async fn load_library<C: ConnectionLike + Send>(
+    con: &mut C,
+    function: &Function,
+) -> redis::RedisResult<()> {
+    redis::cmd("FUNCTION")
+        .arg("LOAD")
+        .arg("REPLACE")
+        .arg(&function.library)
+        .query_async(con)
+        .await
+}
+
+fn no_functions(functions: &AtomicBool, e: &redis::RedisError) {
+    if functions.swap(false, Ordering::Relaxed) {
+        tracing::info!(error = %e, "redis refused Functions: lock operations go as EVALSHA");
+    }
+}
+
+fn is_function_missing(e: &redis::RedisError) -> bool {
+    e.kind() == redis::ErrorKind::Server(redis::ServerErrorKind::ResponseError)
+        && server_detail(e).is_some_and(|d| d.starts_with("Function not found"))
+}
+
+/// A server without Functions (`FCALL` or `FUNCTION` unknown, before Redis 7.0), or a user
+/// whose ACL denies `FCALL` or `FUNCTION LOAD`.
+fn refuses_functions(e: &redis::RedisError) -> bool {
+    match e.kind() {
+        redis::ErrorKind::Server(redis::ServerErrorKind::NoPerm) => true,
+        redis::ErrorKind::Server(redis::ServerErrorKind::ResponseError) => server_detail(e)
+            .is_some_and(|d| {
+                d.starts_with("unknown command") || d.starts_with("unknown subcommand")
+            }),
+        _ => false,
+    }
+}
+
+/// The text of a server's error reply, also when it came as the first failure of a pipeline
+/// (whose `kind` is that failure's, but whose `detail` is not kept).
+fn server_detail(e: &redis::RedisError) -> Option<String> {
+    if let Some(detail) = e.detail() {
+        return Some(detail.to_owned());
+    }
+    let failures = e.clone().into_server_errors()?;
+    let (_, first) = failures.first()?;
+    first.details().map(str::to_owned)
 }
 
 /// Runs `call` again after errors that say Redis did not run it: a redirect (`MOVED`, `ASK`),
@@ -451,14 +553,16 @@ fn is_noscript(e: &redis::RedisError) -> bool {
     e.kind() == redis::ErrorKind::Server(redis::ServerErrorKind::NoScript)
 }
 
-/// `EVALSHA` + `WAIT replicas timeout` in one pipeline on one connection (`WAIT` counts the
-/// acknowledgements of that connection's writes). Pipelines do not reload scripts by
-/// themselves: on NOSCRIPT load it and go again.
+/// The script call + `WAIT replicas timeout` in one pipeline on one connection (`WAIT` counts
+/// the acknowledgements of that connection's writes). Pipelines do not load scripts by
+/// themselves: a missing script or library is loaded and the pipeline sent again (see
+/// [`invoke`] for the Functions' fallback).
 async fn with_wait<C, T>(
     con: &mut C,
     call: &ScriptCall<'_>,
     replicas: u32,
     timeout: Duration,
+    functions: &AtomicBool,
 ) -> redis::RedisResult<(T, i64)>
 where
     C: ConnectionLike + Send,
@@ -467,11 +571,38 @@ where
     let timeout_ms = u64::try_from(timeout.as_millis())
         .unwrap_or(u64::MAX)
         .max(1);
-    let mut pipe = redis::pipe();
-    pipe.add_command(call.cmd.clone())
-        .cmd("WAIT")
-        .arg(replicas)
-        .arg(timeout_ms);
+    let Some(function) = call.function else {
+        return evalsha_waited(con, call, replicas, timeout_ms).await;
+    };
+    let pipe = waited(call, replicas, timeout_ms);
+    let mut result = pipe.query_async(con).await;
+    if matches!(&result, Err(e) if is_function_missing(e)) {
+        result = match load_library(con, function).await {
+            Ok(()) => pipe.query_async(con).await,
+            Err(e) => Err(e),
+        };
+    }
+    match result {
+        Err(e) if refuses_functions(&e) => {
+            no_functions(functions, &e);
+            evalsha_waited(con, &call.as_script(), replicas, timeout_ms).await
+        }
+        other => other,
+    }
+}
+
+/// [`with_wait`] of an `EVALSHA`.
+async fn evalsha_waited<C, T>(
+    con: &mut C,
+    call: &ScriptCall<'_>,
+    replicas: u32,
+    timeout_ms: u64,
+) -> redis::RedisResult<(T, i64)>
+where
+    C: ConnectionLike + Send,
+    T: FromRedisValue,
+{
+    let pipe = waited(call, replicas, timeout_ms);
     match pipe.query_async(con).await {
         Err(e) if is_noscript(&e) => {
             call.script.load_async(con).await?;
@@ -479,4 +610,13 @@ where
         }
         other => other,
     }
+}
+
+fn waited(call: &ScriptCall<'_>, replicas: u32, timeout_ms: u64) -> redis::Pipeline {
+    let mut pipe = redis::pipe();
+    pipe.add_command(call.cmd.clone())
+        .cmd("WAIT")
+        .arg(replicas)
+        .arg(timeout_ms);
+    pipe
 }

@@ -133,7 +133,11 @@ impl Engine {
         };
         crate::metrics::batch(kind.mode, ops.len());
         let keys = if kind.fourth_key.is_some() { 4 } else { 3 };
-        let mut call = ScriptCall::new(self.ops_script(kind), ops.len() * keys);
+        let mut call = ScriptCall::ops(
+            self.ops_script(kind),
+            ops.len() * keys,
+            self.backend.functions(),
+        );
         for op in ops {
             let names = op.names();
             call.key(&names.lock).key(names.fence()).key(&names.queue());

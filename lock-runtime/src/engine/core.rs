@@ -22,7 +22,7 @@ pub(crate) struct Engine {
     pub(crate) backend: Backend,
     /// Per kind id: the kind's operations with this service's settings (see [`scripts::ops`]),
     /// built on first use.
-    ops_scripts: [OnceLock<redis::Script>; MAX_KINDS],
+    ops_scripts: [OnceLock<scripts::Ops>; MAX_KINDS],
     pub(crate) local: Local,
     pub(crate) config: LockConfig,
     /// Identifies this service among the services waiting for a lock (fair turns between them):
@@ -104,7 +104,7 @@ impl Engine {
     }
 
     /// The operations script of `kind` with this service's settings.
-    pub(crate) fn ops_script(&self, kind: &Kind) -> &redis::Script {
+    pub(crate) fn ops_script(&self, kind: &Kind) -> &scripts::Ops {
         self.ops_scripts[kind.id].get_or_init(|| {
             scripts::ops(
                 kind.lua_first,

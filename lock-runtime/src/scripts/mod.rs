@@ -37,40 +37,37 @@ pub(crate) const TURN_MS: u64 = 250;
 /// The longest lease the scripts accept (see [`crate::vocab::MAX_LEASE_MS`]).
 pub(crate) use crate::vocab::MAX_LEASE_MS;
 
+/// A kind's operations script in its two forms: the `EVALSHA` script, and the same Lua as a
+/// Redis Function (7.0+), whose library defines the script's functions once, when it is loaded,
+/// instead of on every call. The backend calls the Function where the server has Functions and
+/// the user may load and call them, else the script (see `backend::invoke`).
+pub(crate) struct Ops {
+    pub(crate) script: Script,
+    pub(crate) function: Function,
+}
+
+/// A Redis Function and the library that registers it (`FUNCTION LOAD REPLACE`).
+pub(crate) struct Function {
+    /// The function's name, also the library's: `lockrt_` and the script's SHA-1, so clients
+    /// with other settings or another version of the scripts load libraries of their own.
+    pub(crate) name: String,
+    pub(crate) library: String,
+}
+
 /// The operations of the kind whose Lua is `kind_lua`, with a service's settings: `clock.lua`,
 /// the kind's `kind_first` part (its common operations done before the rest is defined, see
-/// [`Kind::lua_first`](crate::engine::Kind)), `prelude.lua`, the kind's functions and `ops.lua`, with every `$` name replaced by its literal (see `prelude.lua`). Services with
-/// the same settings share one script.
+/// [`Kind::lua_first`](crate::engine::Kind)), `prelude.lua`, the kind's functions and `ops.lua`,
+/// with every `$` name replaced by its literal (see `prelude.lua`). Services with the same
+/// settings share one script. In the Function form the definitions come first and run once;
+/// the registered function runs the per-call parts: the clock's reset, the part of
+/// `kind_first` after its `--@call` line, and `ops.lua`.
 pub(crate) fn ops(
     kind_first: &str,
     kind_lua: &[&str],
     four_keys: bool,
     publish: &str,
     yield_horizon_ms: u64,
-) -> Script {
-    Script::new(&ops_text(
-        kind_first,
-        kind_lua,
-        four_keys,
-        publish,
-        yield_horizon_ms,
-    ))
-}
-
-fn ops_text(
-    kind_first: &str,
-    kind_lua: &[&str],
-    four_keys: bool,
-    publish: &str,
-    yield_horizon_ms: u64,
-) -> String {
-    let mut text = String::from(include_str!("clock.lua"));
-    text.push_str(kind_first);
-    text.push_str(include_str!("prelude.lua"));
-    for part in kind_lua {
-        text.push_str(part);
-    }
-    text.push_str(include_str!("ops.lua"));
+) -> Ops {
     let literals = [
         ("$CHANNEL_SUFFIX", format!("'{CHANNEL_SUFFIX}'")),
         ("$MAX_LEASE", MAX_LEASE_MS.to_string()),
@@ -87,10 +84,41 @@ fn ops_text(
             if four_keys { "KEYS[k + 3]" } else { "nil" }.to_owned(),
         ),
     ];
-    for (name, literal) in literals {
-        text = text.replace(name, &literal);
+    let with_literals = |mut text: String| {
+        for (name, literal) in &literals {
+            text = text.replace(name, literal);
+        }
+        text
+    };
+    let (first_declared, first_per_call) = kind_first
+        .split_once("\n--@call\n")
+        .unwrap_or(("", kind_first));
+    let clock = include_str!("clock.lua");
+    let prelude = include_str!("prelude.lua");
+    let kind = kind_lua.concat();
+    let per_call = include_str!("ops.lua");
+    let script = Script::new(&with_literals(
+        [
+            clock,
+            first_declared,
+            "\n",
+            first_per_call,
+            prelude,
+            &kind,
+            per_call,
+        ]
+        .concat(),
+    ));
+    let name = format!("lockrt_{}", script.get_hash());
+    let library = with_literals(format!(
+        "#!lua name={name}\n{clock}{first_declared}\n{prelude}{kind}\
+         redis.register_function('{name}', function(KEYS, ARGV)\n\
+         time = nil\n{first_per_call}{per_call}\nend)\n"
+    ));
+    Ops {
+        script,
+        function: Function { name, library },
     }
-    text
 }
 
 /// The renew script of the kind whose `renew` function is defined by `kind_lua` (see
@@ -117,6 +145,8 @@ pub(crate) const FENCE_FIELD: &str = ":fence";
 #[derive(Clone)]
 pub(crate) struct ScriptCall<'a> {
     pub(crate) script: &'a Script,
+    /// Set when `cmd` is an `FCALL` of this Function (of `script`'s Lua).
+    pub(crate) function: Option<&'a Function>,
     pub(crate) cmd: Cmd,
 }
 
@@ -126,7 +156,47 @@ impl<'a> ScriptCall<'a> {
     pub(crate) fn new(script: &'a Script, keys: usize) -> ScriptCall<'a> {
         let mut cmd = redis::cmd("EVALSHA");
         cmd.arg(script.get_hash()).arg(keys);
-        ScriptCall { script, cmd }
+        ScriptCall {
+            script,
+            function: None,
+            cmd,
+        }
+    }
+
+    /// A call of a kind's operations with `keys` keys: an `FCALL` of their Function when
+    /// `function` is set, else an `EVALSHA` of their script.
+    pub(crate) fn ops(ops: &'a Ops, keys: usize, function: bool) -> ScriptCall<'a> {
+        if !function {
+            return ScriptCall::new(&ops.script, keys);
+        }
+        let mut cmd = redis::cmd("FCALL");
+        cmd.arg(&ops.function.name).arg(keys);
+        ScriptCall {
+            script: &ops.script,
+            function: Some(&ops.function),
+            cmd,
+        }
+    }
+
+    /// The same call as an `EVALSHA` of the script (for a server that refused the Function).
+    pub(crate) fn as_script(&self) -> ScriptCall<'a> {
+        let mut cmd = redis::cmd("EVALSHA");
+        cmd.arg(self.script.get_hash());
+        // after the command's name and the function's: the key count, keys and arguments
+        for arg in self.cmd.args_iter().skip(2) {
+            if let redis::Arg::Simple(bytes) = arg {
+                cmd.arg(bytes);
+            }
+        }
+        ScriptCall::new_from(self.script, cmd)
+    }
+
+    fn new_from(script: &'a Script, cmd: Cmd) -> ScriptCall<'a> {
+        ScriptCall {
+            script,
+            function: None,
+            cmd,
+        }
     }
 
     pub(crate) fn key(&mut self, key: &str) -> &mut Self {
@@ -153,17 +223,48 @@ mod tests {
             include_str!("../kinds/mutex/acquire.lua"),
             include_str!("../kinds/mutex/release.lua"),
         ];
-        let text = ops_text(FAST, &kind, true, "spublish", 31_000);
+        let ops = ops(FAST, &kind, true, "spublish", 31_000);
+        let text = &ops.function.library;
         assert!(!text.contains('$'), "a setting was left out");
         assert!(text.contains("redis.call('spublish', lock .. ':ch', target)"));
         assert!(text.contains("register_waiter(queue, 31000)"));
         assert!(text.contains("'px', 250)"));
         assert!(text.contains("for i = 1, #KEYS / 4 do"));
         assert!(text.contains(FAST.lines().next().unwrap()));
-        assert!(ops_text("", &kind, true, "publish", 1).contains("KEYS[k + 2], KEYS[k + 3],"));
-        assert_ne!(
-            ops(FAST, &kind, true, "spublish", 31_000).get_hash(),
-            ops(FAST, &kind, true, "publish", 31_000).get_hash()
+        let other = super::ops("", &kind, true, "publish", 1);
+        assert!(other.function.library.contains("KEYS[k + 2], KEYS[k + 3],"));
+        assert_ne!(ops.script.get_hash(), other.script.get_hash());
+    }
+
+    #[test]
+    fn the_function_form_declares_once_and_runs_the_rest_per_call() {
+        let kind = [
+            include_str!("../kinds/mutex/value.lua"),
+            include_str!("../kinds/mutex/acquire.lua"),
+            include_str!("../kinds/mutex/release.lua"),
+        ];
+        let ops = ops(FAST, &kind, true, "publish", 31_000);
+        let Function { name, library } = &ops.function;
+        assert_eq!(*name, format!("lockrt_{}", ops.script.get_hash()));
+        assert!(library.starts_with(&format!("#!lua name={name}\n")));
+        let (declared, per_call) = library
+            .split_once(&format!(
+                "redis.register_function('{name}', function(KEYS, ARGV)\n"
+            ))
+            .expect("the function is registered");
+        // the fast path's state is declared before the functions that read it, reset per call
+        let state = declared.find("local read_first = nil").unwrap();
+        assert!(state < declared.find("local function next_token").unwrap());
+        assert!(per_call.starts_with("time = nil\nread_first = nil\n"));
+        // a library that reads KEYS or ARGV when it is loaded fails to load
+        let code = declared
+            .lines()
+            .filter(|l| !l.trim_start().starts_with("--"));
+        assert!(
+            code.clone()
+                .all(|l| !l.contains("ARGV") && !l.contains("KEYS"))
         );
+        assert!(per_call.contains("service, sent = ARGV[1], ARGV[2]"));
+        assert!(per_call.ends_with("return replies\n\nend)\n"));
     }
 }

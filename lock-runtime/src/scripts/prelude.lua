@@ -26,8 +26,8 @@
 -- the clock keeps them increasing when the counter is lost (a failover that drops the last
 -- writes, a flush). Tokens stay below 2^53.
 
--- The calling service and when it sent the call (ARGV[1] and ARGV[2], see ops.lua).
-local service, sent = ARGV[1], ARGV[2]
+-- The calling service and when it sent the call (ARGV[1] and ARGV[2], set by ops.lua).
+local service, sent
 
 -- The next fencing token of the lock whose counter is `fence_key`, as decimal text, stored as
 -- the last token issued. In the common case the clock is ahead of the last token, and one

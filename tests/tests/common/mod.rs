@@ -496,15 +496,27 @@ impl Drop for Stopped {
     }
 }
 
-/// The number of `EVALSHA` calls the server has run (`cmdstat_evalsha` of `INFO
-/// commandstats`); panics when the stat is missing (no script ever ran) rather than reading 0.
-pub fn evalsha_calls(con: &mut redis::Connection) -> u64 {
+/// The number of script calls the server has run: `EVALSHA`s and `FCALL`s (the lock operations
+/// go as a Redis Function; `cmdstat_evalsha` and `cmdstat_fcall` of `INFO commandstats`); panics
+/// when neither stat is there (no script ever ran) rather than reading 0.
+pub fn script_calls(con: &mut redis::Connection) -> u64 {
     let info: String = redis::cmd("INFO").arg("commandstats").query(con).unwrap();
-    info.lines()
-        .find_map(|l| l.strip_prefix("cmdstat_evalsha:calls="))
-        .and_then(|rest| rest.split(',').next())
-        .and_then(|n| n.parse().ok())
-        .unwrap_or_else(|| panic!("no cmdstat_evalsha calls in INFO commandstats:\n{info}"))
+    let calls = |command: &str| {
+        info.lines()
+            .find_map(|l| l.strip_prefix(&format!("cmdstat_{command}:calls=")))
+            .and_then(|rest| rest.split(',').next())
+            .and_then(|n| n.parse::<u64>().ok())
+    };
+    match (calls("evalsha"), calls("fcall")) {
+        (None, None) => panic!("no script calls in INFO commandstats:\n{info}"),
+        (scripts, functions) => scripts.unwrap_or(0) + functions.unwrap_or(0),
+    }
+}
+
+/// Whether a `MONITOR` line is a script call: an `EVALSHA`, or an `FCALL` of the lock
+/// operations' Function.
+pub fn script_call(line: &str) -> bool {
+    line.contains("\"EVALSHA\"") || line.contains("\"FCALL\"")
 }
 
 /// The commands one node runs, seen through `MONITOR` from when [`Monitor::start`] returns
@@ -597,10 +609,11 @@ pub fn acquire_op(line: &str) -> bool {
 }
 
 /// A `MONITOR` filter: the lock operations (`ops.lua`) that acquire the lock `key` - an
-/// `EVALSHA` naming the lock's waiting set with an acquire operation ([`acquire_op`]).
+/// script call ([`script_call`]) naming the lock's waiting set with an acquire operation
+/// ([`acquire_op`]).
 pub fn acquires_of(key: &str) -> impl Fn(&str) -> bool + Send + 'static {
     let queue = format!("\"{}:wq\"", lock_key(key));
-    move |line: &str| line.contains("\"EVALSHA\"") && line.contains(&queue) && acquire_op(line)
+    move |line: &str| script_call(line) && line.contains(&queue) && acquire_op(line)
 }
 
 /// One `#[tokio::test]` per body and topology, in a module per topology (`single`,

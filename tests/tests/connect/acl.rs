@@ -335,14 +335,17 @@ async fn every_command_of_the_readme_acl_is_needed() {
         without[0] = user_without(command);
         set_user(&fixture(needs(command)), &without);
     }
-    // scripts load once per server: the user without `script|load` goes first, alone
+    // scripts and libraries load once per server: the users without `script|load` and without
+    // `function|load` go first, one at a time
+    let loads = ["script|load", "function|load"];
     let mut outcomes = Vec::new();
-    if let Some(load) = commands.iter().find(|c| *c == "script|load") {
+    // (the one without `function|load` loads the scripts it falls back to: it goes second)
+    for load in loads.iter().filter(|l| commands.iter().any(|c| c == *l)) {
         let outcome = run_as(&fixture(needs(load)), &user_without(load)).await;
-        outcomes.push((load.clone(), outcome));
+        outcomes.push(((*load).to_owned(), outcome));
     }
     let mut runs = tokio::task::JoinSet::new();
-    for command in commands.iter().filter(|c| *c != "script|load") {
+    for command in commands.iter().filter(|c| !loads.contains(&c.as_str())) {
         let (fx, user) = (fixture(needs(command)), user_without(command));
         let command = command.clone();
         runs.spawn(async move { (command, run_as(&fx, &user).await) });
@@ -368,6 +371,37 @@ async fn every_command_of_the_readme_acl_is_needed() {
         unneeded.is_empty(),
         "not needed by the lock family: {unneeded:?}"
     );
+}
+
+/// A user who may not call or load Functions gets the whole lock family through `EVALSHA`:
+/// nothing fails, and only the Function command is refused (the service does not ask again).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_user_without_functions_gets_the_lock_family_as_scripts() {
+    let (single, cluster) = tokio::join!(Fixture::own(Spec::Single), Fixture::own(Spec::cluster()));
+    for (fx, refused_command) in [(&single, "fcall"), (&cluster, "function|load")] {
+        let mut args: Vec<String> = readme_acl()
+            .into_iter()
+            .filter(|a| a != &format!("+{refused_command}"))
+            .collect();
+        let user = format!("{USER}-scripts");
+        args[0].clone_from(&user);
+        set_user(fx, &args);
+        let outcome = run_as(fx, &user).await;
+        if let Some(trouble) = outcome.trouble {
+            panic!("without `{refused_command}`: {trouble}");
+        }
+        let refused = &outcome.refused;
+        assert!(
+            !refused.is_empty(),
+            "`{refused_command}` was never asked for"
+        );
+        assert!(
+            refused
+                .iter()
+                .all(|e| e.contains(&format!(" {refused_command} "))),
+            "without `{refused_command}`, refused {refused:?}"
+        );
+    }
 }
 
 /// The key pattern matters: the same commands on other keys are an `Auth` error naming the user.

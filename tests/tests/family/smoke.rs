@@ -2,7 +2,7 @@
 
 use std::time::Duration;
 
-use crate::common::{Fixture, evalsha_calls};
+use crate::common::{Fixture, script_calls};
 use lock_runtime::{ErrorKind, LockError};
 use lock_tests::harness::{Spec, unique_key};
 
@@ -55,10 +55,10 @@ async fn lock_all_on_one_node_is_one_script_call() {
         .await
         .unwrap();
     warm.release().await.unwrap();
-    let before = evalsha_calls(&mut con);
+    let before = script_calls(&mut con);
     let g = locks.lock_all(keys.clone()).await.unwrap();
     assert_eq!(
-        evalsha_calls(&mut con) - before,
+        script_calls(&mut con) - before,
         1,
         "one call grants all three"
     );

@@ -7,7 +7,7 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, AtomicI64, AtomicU64, Ordering};
 use std::time::{Duration, Instant};
 
-use crate::common::{Fixture, evalsha_calls, eventually, lock_key};
+use crate::common::{Fixture, eventually, lock_key, script_calls};
 use lock_runtime::{ErrorKind, LockService};
 use lock_tests::harness::{Kind, unique_key};
 
@@ -453,14 +453,14 @@ async fn ten_thousand_keys_never_keep_redis_busy_for_long() {
             })
             .sum()
     };
-    let before = evalsha_calls(&mut con);
+    let before = script_calls(&mut con);
     let guard = locks.lock_all(ks.clone()).lease(LONG).await.unwrap();
-    let acquire_calls = evalsha_calls(&mut con) - before;
+    let acquire_calls = script_calls(&mut con) - before;
     assert_eq!(guard.keys().count(), N);
     assert_eq!(held_count(&mut con), N, "every key held on Redis");
-    let before = evalsha_calls(&mut con);
+    let before = script_calls(&mut con);
     guard.release().await.unwrap();
-    let release_calls = evalsha_calls(&mut con) - before;
+    let release_calls = script_calls(&mut con) - before;
     assert_eq!(held_count(&mut con), 0, "every key released on Redis");
     stop.store(true, Ordering::SeqCst);
     let (longest, pings) = pinger.join().unwrap();

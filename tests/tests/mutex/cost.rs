@@ -4,7 +4,7 @@
 use std::sync::Arc;
 use std::time::Duration;
 
-use crate::common::{Fixture, Monitor, evalsha_calls, lock_key};
+use crate::common::{Fixture, Monitor, lock_key, script_call, script_calls};
 use lock_tests::harness::{Spec, unique_key};
 
 const LONG_WATCHDOG: Duration = Duration::from_secs(30);
@@ -45,11 +45,7 @@ async fn an_uncontended_pair_runs_five_commands_in_two_script_calls() {
         a.lock(&key).await.unwrap().release().await.unwrap();
     }
     monitor.sync().await;
-    let calls = monitor
-        .lines()
-        .iter()
-        .filter(|l| l.contains("\"EVALSHA\""))
-        .count();
+    let calls = monitor.lines().iter().filter(|l| script_call(l)).count();
     assert_eq!(calls, 6, "{:#?}", monitor.lines());
     assert_eq!(
         script_commands(&monitor),
@@ -101,7 +97,7 @@ async fn sixty_four_concurrent_callers_share_script_calls() {
         .await
         .unwrap();
     let mut con = fx.redis();
-    let calls_before = evalsha_calls(&mut con);
+    let calls_before = script_calls(&mut con);
     let start = Arc::new(tokio::sync::Barrier::new(CALLERS));
     let mut tasks = tokio::task::JoinSet::new();
     for i in 0..CALLERS {
@@ -115,7 +111,7 @@ async fn sixty_four_concurrent_callers_share_script_calls() {
         });
     }
     tasks.join_all().await;
-    let calls = evalsha_calls(&mut con) - calls_before;
+    let calls = script_calls(&mut con) - calls_before;
     let ops = CALLERS * PAIRS * 2;
     println!("{ops} operations in {calls} script calls");
     assert!(

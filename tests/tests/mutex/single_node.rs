@@ -3,7 +3,7 @@
 
 use std::time::{Duration, Instant};
 
-use crate::common::{Fixture, acquire_op, evalsha_calls, eventually, waiters_in_line};
+use crate::common::{Fixture, acquire_op, eventually, script_call, script_calls, waiters_in_line};
 use lock_runtime::{ErrorKind, LockConfig, LockKind, LockService, OwnerId, owner};
 use lock_tests::harness::{Proxy, Spec, Topology, unique_key};
 
@@ -537,7 +537,7 @@ async fn a_failed_operation_fails_alone_also_in_a_shared_call() {
             .collect();
         // (an ops call: an acquire or release; not the commands its Lua runs, nor a `leave`)
         move |line: &str| {
-            line.contains("\"EVALSHA\"")
+            script_call(line)
                 && (acquire_op(line) || line.contains(" \"r\" "))
                 && names.iter().any(|n| line.contains(n))
         }
@@ -710,7 +710,7 @@ async fn shutdown_releases_every_hold_refuses_acquires_and_fails_waiters() {
     assert_eq!(lost.kind(), ErrorKind::Lost);
     assert!(lost.to_string().contains("shut down"), "{lost}");
     assert!(write.is_lost());
-    let scripts_before = evalsha_calls(&mut fx.redis());
+    let scripts_before = script_calls(&mut fx.redis());
     write
         .release()
         .await
@@ -719,7 +719,7 @@ async fn shutdown_releases_every_hold_refuses_acquires_and_fails_waiters() {
     drop((read, watched));
     tokio::time::sleep(Duration::from_millis(100)).await;
     assert_eq!(
-        evalsha_calls(&mut fx.redis()),
+        script_calls(&mut fx.redis()),
         scripts_before,
         "no script ran for the guards released by the shutdown"
     );

@@ -4,7 +4,7 @@
 use std::collections::HashMap;
 use std::time::{Duration, Instant};
 
-use crate::common::{Fixture, Monitor, Worker, eventually, lock_key, waiters_in_line};
+use crate::common::{Fixture, Monitor, Worker, eventually, lock_key, script_call, waiters_in_line};
 use lock_runtime::{ErrorKind, LockConfig, LockKind, LockService, OwnerId, owner};
 use lock_tests::harness::{Kind, unique_key};
 
@@ -551,9 +551,7 @@ async fn one_subscriber_connection_and_one_watchdog_per_service(fx: Fixture) {
     // The watchdog renews the held locks (one slot) in one call naming them all, every period.
     let renewals = Monitor::start(fx.node_for(&lock_key(&held[0])), {
         let first = format!("\"{}\"", lock_key(&held[0]));
-        move |line: &str| {
-            line.contains("\"EVALSHA\"") && line.contains(&first) && !line.contains(":fence:{")
-        }
+        move |line: &str| script_call(line) && line.contains(&first) && !line.contains(":fence:{")
     })
     .await;
     eventually("three renewal rounds", Duration::from_secs(5), || async {

@@ -9,7 +9,7 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use crate::common::{
-    Fixture, Monitor, acquires_of, evalsha_calls, eventually, lock_key, waiters_in_line,
+    Fixture, Monitor, acquires_of, eventually, lock_key, script_calls, waiters_in_line,
 };
 use lock_tests::harness::{Spec, unique_key};
 use tokio::sync::Mutex;
@@ -112,10 +112,10 @@ async fn a_release_wakes_one_waiter_per_service_not_all() {
     let mut con = fx.redis();
     // the heads' attempts before the release are over once the count stays put
     let deadline = Instant::now() + Duration::from_secs(5);
-    let mut before = evalsha_calls(&mut con);
+    let mut before = script_calls(&mut con);
     loop {
         tokio::time::sleep(Duration::from_millis(200)).await;
-        let now = evalsha_calls(&mut con);
+        let now = script_calls(&mut con);
         if std::mem::replace(&mut before, now) == now {
             break;
         }
@@ -131,7 +131,7 @@ async fn a_release_wakes_one_waiter_per_service_not_all() {
     let window = Instant::now() + Duration::from_secs(1);
     let mut calls = 0;
     while Instant::now() < window {
-        calls = evalsha_calls(&mut con) - before;
+        calls = script_calls(&mut con) - before;
         assert!(
             calls <= 4,
             "{calls} script calls after one release with 10 waiters in 2 services"
@@ -368,7 +368,7 @@ async fn turns_between_services_cost_one_release_each() {
         .await
         .unwrap();
     let mut con = fx.redis();
-    let before = evalsha_calls(&mut con);
+    let before = script_calls(&mut con);
     let inside = Arc::new(std::sync::atomic::AtomicUsize::new(0));
     let mut tasks = Vec::new();
     for service in &services {
@@ -388,7 +388,7 @@ async fn turns_between_services_cost_one_release_each() {
     for t in tasks {
         t.await.unwrap();
     }
-    let calls = evalsha_calls(&mut con) - before;
+    let calls = script_calls(&mut con) - before;
     let sections = (SERVICES * WORKERS * ROUNDS) as u64;
     let allowed = sections + 8 * SERVICES as u64;
     assert!(

@@ -5,11 +5,14 @@
 -- anything else goes on to them, reusing what was read here: a fresh acquire that finds the lock
 -- taken goes on as a plain one ('a'), having drawn its token (tokens only need to increase) and
 -- read the clock (`time`); a release goes on with the value read (`read_first`). KEYS and ARGV
--- as in ops.lua.
+-- as in ops.lua. What comes before the `--@call` line declares; what follows runs on every call
+-- (in the Redis Function form of the script, scripts/mod.rs, the declarations run once).
 
 -- The lock's value as the release below read it (false: no such key), for release.lua, which
 -- takes it instead of reading again; nil when nothing was read.
 local read_first = nil
+--@call
+read_first = nil
 
 if #KEYS == 4 then
   local op = ARGV[3]
