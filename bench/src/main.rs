@@ -233,7 +233,7 @@ async fn run(setup: Setup, selected: &[&str]) -> Result<()> {
     for s in &scenarios {
         for t in &s.targets {
             println!(
-                "  {:<3} {:<8} {} ({})",
+                "  {:<5} {:<8} {} ({})",
                 s.id,
                 t.verdict(),
                 t.what,

@@ -9,6 +9,9 @@
 //!   non-atomic read / yield / write of each balance.
 //! - S3SEM: one permit of a semaphore with 4; the critical section counts the holders inside
 //!   (at most 4 may be) and yields.
+//!
+//! Targets: every variant's check holds (counter, balances, at most 4 holders inside); S3SEM's
+//! semaphore reaches the raw baseline's grant rate, in one service and in four.
 
 use std::sync::Arc;
 use std::sync::atomic::{AtomicI64, AtomicU64, AtomicUsize, Ordering};
@@ -21,12 +24,15 @@ use super::{PERMITS, RawSlots, Rng, breakdown, ms, run_workers};
 use crate::ctx::{Counts, Ctx, LEASE, PHASE_LIMIT, within};
 use crate::error::Result;
 use crate::raw::{self, Raw};
-use crate::report::{Samples, Scenario, cost_cells, ratio};
+use crate::report::{Samples, Scenario, Target, cost_cells, ratio};
 
 const WORKERS: usize = 16;
 const ACCOUNTS: u64 = 8;
 const KEY: &str = "bench:s3w";
 const SEMAPHORE: &str = "bench:s3sem";
+/// S3SEM's target: the semaphore at least this many times the raw baseline's grant rate, in one
+/// service and in four.
+const SEMAPHORE_TARGET: f64 = 1.0;
 /// The balance every account starts with.
 const OPENING: i64 = 1_000_000;
 
@@ -425,7 +431,20 @@ pub(super) async fn run(ctx: &Ctx, access: Access) -> Result<Scenario> {
                 "{name}: commands per {unit}: {}",
                 breakdown(&o.counts, o.grants)
             ));
+            if access == Access::Permit {
+                let r = rate(o) / rate(base);
+                scenario.targets.push(Target::new(
+                    format!("{name}: {rate_header} >= {SEMAPHORE_TARGET:.1}x baseline"),
+                    ratio(r),
+                    r >= SEMAPHORE_TARGET,
+                ));
+            }
         }
+        scenario.targets.push(Target::new(
+            format!("{name}: {check_header} correct"),
+            o.check.1.clone(),
+            o.check.0,
+        ));
         scenario.variants.push(json!({
             "variant": name,
             "ops": o.grants,
