@@ -76,16 +76,17 @@ local function acquire(lock, fence_key, queue, _, owner, grant_id, lease, horizo
 end
 
 -- release: hash, fence counter, services waiting, unused; owner field; grant id; the next
--- owner's field, grant id and lease (unused: no hand-off)
+-- owner's field, grant id and lease (unused: no hand-off). The hash goes with its last grant;
+-- while others remain, its expiry stays the latest lease an acquire set, which covers theirs
+-- (grants whose lease ran out are dropped by the next acquire, and read as free meanwhile), so
+-- a release reads nothing but the hash's length.
 local function release(lock, _, queue, _, _, grant_id, _, _, _)
   if redis.call('hdel', lock, 'p:' .. grant_id) == 0 then
     return 0, 0, 0
   end
-  local used, _, latest = sem_state(lock)
-  if used == 0 then
+  -- ':n' and no grant left
+  if redis.call('hlen', lock) <= 1 then
     redis.call('del', lock)
-  else
-    redis.call('pexpire', lock, math.max(latest - now_ms(), 1))
   end
   if redis.call('exists', queue) == 1 then
     redis.call($PUBLISH, lock .. $CHANNEL_SUFFIX, '0')
