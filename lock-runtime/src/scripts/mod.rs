@@ -264,7 +264,7 @@ mod tests {
             code.clone()
                 .all(|l| !l.contains("ARGV") && !l.contains("KEYS"))
         );
-        assert!(per_call.contains("service, sent = ARGV[1], ARGV[2]"));
+        assert!(per_call.contains("service, sent, drawn = ARGV[1], ARGV[2], nil"));
         assert!(per_call.ends_with("return replies\n\nend)\n"));
     }
 }

@@ -26,7 +26,7 @@
 -- error message, 0 when it failed (a failed operation does not stop the others, and fails
 -- before it writes anything). One flat array: a table per operation would cost Redis more than
 -- the operation.
-service, sent = ARGV[1], ARGV[2]
+service, sent, drawn = ARGV[1], ARGV[2], nil
 if #KEYS == $KEYS then
   -- a lone caller's operation, the common case when there is no load: a failure fails the call,
   -- which is its failure alone, so it goes without the loop and pcall

@@ -26,25 +26,37 @@
 -- the clock keeps them increasing when the counter is lost (a failover that drops the last
 -- writes, a flush). Tokens stay below 2^53.
 
--- The calling service and when it sent the call (ARGV[1] and ARGV[2], set by ops.lua).
-local service, sent
+-- The calling service and when it sent the call (ARGV[1] and ARGV[2]), and the tokens this call
+-- drew so far by fence counter (a number each, or nil: none yet): all set per call by ops.lua.
+local service, sent, drawn
 
 -- The next fencing token of the lock whose counter is `fence_key`, as decimal text, stored as
 -- the last token issued. In the common case the clock is ahead of the last token, and one
 -- SET ... GET reads the last token and writes the new one; only a counter ahead of the clock is
--- written a second time. Tokens are compared as decimal text without sign or leading zeros (the
--- longer is larger; digits collate in order in every locale), which costs less than converting
--- them to numbers.
+-- written a second time. A call that already drew a token from this counter (operations of one
+-- slot sharing a call, which share a clock reading too) goes on from it: one SET, no read.
+-- Tokens are compared as decimal text without sign or leading zeros (the longer is larger;
+-- digits collate in order in every locale), which costs less than converting them to numbers;
+-- they stay below 2^53, exact as Lua numbers and written with '%d' (no float formatting).
 local function next_token(fence_key)
+  local before = drawn and drawn[fence_key]
+  if before then
+    local token = string.format('%d', before + 1)
+    redis.call('set', fence_key, token)
+    drawn[fence_key] = before + 1
+    return token
+  end
   if not time then
     time = redis.call('time')
   end
   local token = time[1] .. string.sub('00000' .. time[2], -6)
   local last = redis.call('set', fence_key, token, 'get')
   if last and (#last > #token or (#last == #token and last >= token)) then
-    token = string.format('%.0f', tonumber(last) + 1)
+    token = string.format('%d', tonumber(last) + 1)
     redis.call('set', fence_key, token)
   end
+  drawn = drawn or {}
+  drawn[fence_key] = tonumber(token)
   return token
 end
 

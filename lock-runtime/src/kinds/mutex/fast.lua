@@ -23,7 +23,7 @@ if #KEYS == 4 then
     local token = time[1] .. string.sub('00000' .. time[2], -6)
     local last = redis.call('set', KEYS[2], token, 'get')
     if last and (#last > #token or (#last == #token and last >= token)) then
-      token = string.format('%.0f', tonumber(last) + 1)
+      token = string.format('%d', tonumber(last) + 1)
       redis.call('set', KEYS[2], token)
     end
     local padded = token
