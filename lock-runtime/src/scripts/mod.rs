@@ -6,8 +6,9 @@
 //! `prelude.lua` (settings, fencing and waiter helpers), the kind's `acquire` and `release`
 //! functions (in the kind's folder, e.g. `mutex/`) and `ops.lua`, which runs one or many
 //! operations per call; a kind's renewals are `clock.lua`, `renew.lua`, the kind's `renew`
-//! function and `renew_run.lua`, built by [`renew`]. The other scripts are static. Scripts run with EVALSHA and are loaded
-//! on NOSCRIPT (see the backend).
+//! function and `renew_run.lua`, built by [`renew`]. The other scripts are static. The
+//! operations run as a Redis Function where the server allows it ([`Ops`]), everything else with
+//! `EVALSHA`; both are loaded where a server lacks them (see `backend::invoke`).
 
 use std::sync::LazyLock;
 
