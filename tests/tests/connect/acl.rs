@@ -374,7 +374,7 @@ async fn every_command_of_the_readme_acl_is_needed() {
 }
 
 /// A user who may not call or load Functions gets the whole lock family through `EVALSHA`:
-/// nothing fails, and only the Function command is refused (the service does not ask again).
+/// nothing fails, and the Function command is all that is refused.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_user_without_functions_gets_the_lock_family_as_scripts() {
     let (single, cluster) = tokio::join!(Fixture::own(Spec::Single), Fixture::own(Spec::cluster()));
