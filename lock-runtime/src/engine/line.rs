@@ -207,23 +207,16 @@ impl Local {
     /// Removes waiter `id`, granted, from the line of `state` and returns its hold's cell.
     fn granted_hold(state: &mut KeyState, id: u64, sent: Instant) -> Arc<HoldCell> {
         match remove_waiter(state, id) {
-            Some(w) if matches!(w.state, WaiterState::Granted(_)) => {
-                match state.holds.iter().find(|h| h.grant == w.grant) {
-                    Some(hold) => hold.cell.clone(),
-                    None => add_hold(
-                        &mut state.holds,
-                        w.kind,
-                        &w.owner,
-                        &w.grant,
-                        w.watched,
-                        sent,
-                        w.lease_ms,
-                    ),
-                }
-            }
             Some(w) => {
-                // granted by its own attempt: the lock came to this service from Redis
-                state.turn_since = Some(Instant::now());
+                if matches!(w.state, WaiterState::Granted(_)) {
+                    // handed over: the hand-off registered its hold already, unless it is gone
+                    if let Some(hold) = state.holds.iter().find(|h| h.grant == w.grant) {
+                        return hold.cell.clone();
+                    }
+                } else {
+                    // granted by its own attempt: the lock came to this service from Redis
+                    state.turn_since = Some(Instant::now());
+                }
                 add_hold(
                     &mut state.holds,
                     w.kind,
