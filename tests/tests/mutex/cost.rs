@@ -120,45 +120,35 @@ async fn sixty_four_concurrent_callers_share_script_calls() {
     );
 }
 
-/// The cluster slot of a Redis key whose hash tag is all of `tag` (CRC16/XMODEM mod 16384).
-fn slot(tag: &str) -> u16 {
-    let mut crc: u16 = 0;
-    for byte in tag.bytes() {
-        crc ^= u16::from(byte) << 8;
-        for _ in 0..8 {
-            crc = if crc & 0x8000 != 0 {
-                (crc << 1) ^ 0x1021
-            } else {
-                crc << 1
-            };
-        }
-    }
-    crc % 16_384
-}
-
 /// Locks of one cluster slot granted in one call share the slot's fence counter: the call reads
 /// it once (`SET .. GET`) and draws the next tokens from the one it drew (a plain `SET` each),
 /// still strictly increasing.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_call_reads_the_counter_of_a_slot_once() {
-    let fx = Fixture::own(Spec::Single).await;
+    let fx = Fixture::own(Spec::cluster()).await;
     let locks = fx.service(LONG_WATCHDOG).await;
-    // three keys whose lock keys hash to one slot
+    // three keys whose lock keys hash to one slot (Redis tells the slots: CLUSTER KEYSLOT)
     let prefix = unique_key("one-slot");
+    let candidates: Vec<String> = (0..40_000).map(|i| format!("{prefix}-{i}")).collect();
+    let mut pipe = redis::pipe();
+    for key in &candidates {
+        pipe.cmd("CLUSTER").arg("KEYSLOT").arg(lock_key(key));
+    }
+    let slots: Vec<u16> = pipe.query(&mut fx.redis()).unwrap();
     let mut by_slot = std::collections::HashMap::<u16, Vec<String>>::new();
-    let keys = (0..)
-        .map(|i| format!("{prefix}-{i}"))
-        .find_map(|key| {
-            let same = by_slot.entry(slot(&key)).or_default();
-            same.push(key);
-            (same.len() == 3).then(|| same.clone())
+    let (slot, keys) = candidates
+        .iter()
+        .zip(&slots)
+        .find_map(|(key, &slot)| {
+            let same = by_slot.entry(slot).or_default();
+            same.push(key.clone());
+            (same.len() == 3).then(|| (slot, same.clone()))
         })
-        .unwrap();
-    assert_eq!(slot(&keys[0]), slot(&keys[2]));
+        .expect("three of 40,000 keys share a slot");
     // the script is loaded and the connections are up before counting
     locks.lock(&keys[0]).await.unwrap().release().await.unwrap();
 
-    let port = fx.topo().master_port();
+    let port = fx.topo().master_for_slot(slot);
     let monitor = Monitor::start(port, |l| l.contains(" lua] ") && l.contains(":fence:{")).await;
     let all = locks.lock_all(keys.clone()).await.unwrap();
     monitor.sync().await;
