@@ -7,31 +7,70 @@
 
 use std::time::{Duration, Instant};
 
+use lock_runtime::{LockError, LockGuard, LockService};
+use tokio::task::JoinHandle;
+
 use crate::common::{Fixture, eventually, lock_key, waiters_in_line};
 use lock_tests::harness::unique_key;
 
 const LONG_WATCHDOG: Duration = Duration::from_secs(30);
 
-/// A grant pushed to a service that went away runs out like a turn: a service registered as
-/// waiting ahead of B, with a head waiter noted, went away; the release grants the lock to that
-/// head, which never claims it, and B gets the lock once the grant's claim window (250 ms) ran
-/// out, long before the lease the head asked for (30 s) or B's own wait (20 s).
-async fn an_unclaimed_pushed_grant_runs_out(fx: Fixture) {
+/// A holds a lock that B's waiter waits for (20 s at most): A, the user key, the lock's waiting
+/// set and heads, A's guard and B's waiting task.
+struct Scene {
+    a: LockService,
+    key: String,
+    queue: String,
+    heads: String,
+    held: LockGuard,
+    waiting: JoinHandle<Result<LockGuard, LockError>>,
+}
+
+async fn b_waits_behind_a(fx: &Fixture, name: &str) -> Scene {
     let a = fx.service(LONG_WATCHDOG).await;
     let b = fx.service(LONG_WATCHDOG).await;
-    let key = unique_key("push-expiry");
+    let key = unique_key(name);
     let queue = format!("{}:wq", lock_key(&key));
     let heads = format!("{}:wh", lock_key(&key));
     let held = a.lock(&key).await.unwrap();
     let (s, k) = (b.clone(), key.clone());
     let waiting = tokio::spawn(async move { s.lock(&k).wait(Duration::from_secs(20)).await });
     waiters_in_line(&b, &key, 1).await;
+    Scene {
+        a,
+        key,
+        queue,
+        heads,
+        held,
+        waiting,
+    }
+}
+
+/// [`b_waits_behind_a`], once B is registered as waiting.
+async fn b_registered_behind_a(fx: &Fixture, name: &str) -> Scene {
+    let scene = b_waits_behind_a(fx, name).await;
     eventually(
         "B registered as waiting",
         Duration::from_secs(5),
-        || async { a.inspect(&key).await.unwrap().waiting_services == 1 },
+        || async { scene.a.inspect(&scene.key).await.unwrap().waiting_services == 1 },
     )
     .await;
+    scene
+}
+
+/// A grant pushed to a service that went away runs out like a turn: a service registered as
+/// waiting ahead of B, with a head waiter noted, went away; the release grants the lock to that
+/// head, which never claims it, and B gets the lock once the grant's claim window (250 ms) ran
+/// out, long before the lease the head asked for (30 s) or B's own wait (20 s).
+async fn an_unclaimed_pushed_grant_runs_out(fx: Fixture) {
+    let Scene {
+        key,
+        queue,
+        heads,
+        held,
+        waiting,
+        ..
+    } = b_registered_behind_a(&fx, "push-expiry").await;
     let mut con = fx.conn_for(&queue);
     let (secs, micros): (u64, u64) = redis::cmd("TIME").query(&mut con).unwrap();
     let _: i64 = redis::cmd("ZADD")
@@ -76,15 +115,13 @@ async fn an_unclaimed_pushed_grant_runs_out(fx: Fixture) {
 /// waits); the release grants the lock to it, B finds no such waiter and gives the grant back,
 /// which hands the lock to B's waiter - well inside the grant's claim window (250 ms).
 async fn a_grant_pushed_to_a_waiter_that_left_is_given_back(fx: Fixture) {
-    let a = fx.service(LONG_WATCHDOG).await;
-    let b = fx.service(LONG_WATCHDOG).await;
-    let key = unique_key("push-gone");
-    let queue = format!("{}:wq", lock_key(&key));
-    let heads = format!("{}:wh", lock_key(&key));
-    let held = a.lock(&key).await.unwrap();
-    let (s, k) = (b.clone(), key.clone());
-    let waiting = tokio::spawn(async move { s.lock(&k).wait(Duration::from_secs(20)).await });
-    waiters_in_line(&b, &key, 1).await;
+    let Scene {
+        queue,
+        heads,
+        held,
+        waiting,
+        ..
+    } = b_waits_behind_a(&fx, "push-gone").await;
     let service = std::sync::Mutex::new(None::<String>);
     eventually(
         "B noted its head waiter",
@@ -156,21 +193,13 @@ async fn a_grant_pushed_to_a_waiter_that_left_is_given_back(fx: Fixture) {
 /// registrations ahead of B, with their heads noted; the release removes them and grants the
 /// lock to B's waiter at once, inside the 250 ms a turn or a pushed grant to them would take.
 async fn registrations_that_ran_out_get_no_grant(fx: Fixture) {
-    let a = fx.service(LONG_WATCHDOG).await;
-    let b = fx.service(LONG_WATCHDOG).await;
-    let key = unique_key("ran-out");
-    let queue = format!("{}:wq", lock_key(&key));
-    let heads = format!("{}:wh", lock_key(&key));
-    let held = a.lock(&key).await.unwrap();
-    let (s, k) = (b.clone(), key.clone());
-    let waiting = tokio::spawn(async move { s.lock(&k).wait(Duration::from_secs(20)).await });
-    waiters_in_line(&b, &key, 1).await;
-    eventually(
-        "B registered as waiting",
-        Duration::from_secs(5),
-        || async { a.inspect(&key).await.unwrap().waiting_services == 1 },
-    )
-    .await;
+    let Scene {
+        queue,
+        heads,
+        held,
+        waiting,
+        ..
+    } = b_registered_behind_a(&fx, "ran-out").await;
     let mut con = fx.conn_for(&queue);
     let (secs, micros): (u64, u64) = redis::cmd("TIME").query(&mut con).unwrap();
     for (i, gone) in ["gone-1", "gone-2", "gone-3"].iter().enumerate() {
