@@ -275,18 +275,24 @@ impl Local {
     /// than `since`. The waiter holds it now (or once its attempt on the way is refused, which
     /// it will be: the lock is held under its grant id, or, if the attempt ran first, it finds
     /// out when it next asks); [`Delivery::Gone`] when no waiter nor hold of this service has
-    /// that grant id (the waiter left): the caller gives the grant back.
+    /// that grant id and no release of it is on its way (the waiter left): the caller gives the
+    /// grant back.
     pub(crate) fn pushed(&self, key: &str, grant: &str, token: u64, since: Instant) -> Delivery {
         let mut keys = self.lock();
         let Some(state) = keys.get_mut(key) else {
             return Delivery::Gone;
         };
         let Some(i) = state.waiters.iter().position(|w| &*w.grant == grant) else {
-            // its attempt found the grant first (a message can come after the reply)
-            if state.holds.iter().any(|h| &*h.grant == grant) {
-                return Delivery::Delivered;
-            }
-            return Delivery::Gone;
+            // its attempt found the grant first (a message can come after the reply), maybe
+            // used it and is releasing it now; or this is a second copy of the message (a
+            // subscriber that reconnected can hear one twice)
+            let known = state.holds.iter().any(|h| &*h.grant == grant)
+                || state.releasing.iter().any(|g| &**g == grant);
+            return if known {
+                Delivery::Delivered
+            } else {
+                Delivery::Gone
+            };
         };
         let w = &mut state.waiters[i];
         w.claim = TURN_MS < w.lease_ms;

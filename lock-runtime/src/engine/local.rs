@@ -38,6 +38,10 @@ pub(super) struct KeyState {
     /// A waiter of the line was refused since the line was last empty: the service may be
     /// registered as waiting on Redis (see [`Local::leave_granted`]).
     pub(super) refused: bool,
+    /// The grants of this key whose release (or give-back) is on its way to Redis: a message
+    /// pushing one of them that comes now (late, or a second copy) names a grant that is
+    /// being ended, not one to give back (see [`Local::pushed`]).
+    pub(super) releasing: Vec<GrantId>,
     /// When the lock came to this service from Redis (an attempt's grant, a grant another
     /// service's release pushed), kept while it passes from waiter to waiter here: while less
     /// than [`TURN_SLICE`] ago, a release hands it to the next waiter here even when other
@@ -377,6 +381,7 @@ impl Local {
             }
             (None, None) => {}
         }
+        state.releasing.push(GrantId::from(grant));
         // A hand-off goes to the head only when no other hold is in force (the kinds that hand
         // off have one grant per key at a time).
         let now = Instant::now();
@@ -409,10 +414,25 @@ impl Local {
     pub(crate) fn end_release(
         &self,
         key: &LockKey,
+        grant: &str,
         reservation: Option<Reservation>,
         end: ReleaseEnd,
     ) -> Option<Orphan> {
         let mut keys = self.lock();
+        let orphan = Self::end_release_in(&mut keys, key, grant, reservation, end);
+        if keys.get(key).is_some_and(KeyState::is_idle) {
+            keys.remove(key);
+        }
+        orphan
+    }
+
+    fn end_release_in(
+        keys: &mut HashMap<LockKey, KeyState>,
+        key: &LockKey,
+        grant: &str,
+        reservation: Option<Reservation>,
+        end: ReleaseEnd,
+    ) -> Option<Orphan> {
         let orphan = |r: Reservation| Orphan {
             owner: r.owner,
             grant: r.grant,
@@ -423,6 +443,9 @@ impl Local {
                 _ => None,
             };
         };
+        if let Some(i) = state.releasing.iter().position(|g| &**g == grant) {
+            state.releasing.swap_remove(i);
+        }
         let reserved = reservation
             .as_ref()
             .and_then(|r| state.waiters.iter().position(|w| w.id == r.waiter));
@@ -584,7 +607,7 @@ impl Local {
 
 impl KeyState {
     pub(super) fn is_idle(&self) -> bool {
-        self.holds.is_empty() && self.waiters.is_empty()
+        self.holds.is_empty() && self.waiters.is_empty() && self.releasing.is_empty()
     }
 }
 
@@ -611,7 +634,7 @@ mod tests {
     use std::time::Duration;
 
     use super::super::ids::new_grant_id;
-    use super::super::line::Turn;
+    use super::super::line::{Delivery, Turn};
     use super::*;
 
     static NO_SCRIPT: LazyLock<redis::Script> = LazyLock::new(|| redis::Script::new("return 0"));
@@ -699,7 +722,7 @@ mod tests {
         assert_eq!(local.turn(&k, w1), Turn::Wait);
         assert!(
             local
-                .end_release(&k, Some(r), ReleaseEnd::HandedOff(7))
+                .end_release(&k, &ga, Some(r), ReleaseEnd::HandedOff(7))
                 .is_none()
         );
         assert!(matches!(local.turn(&k, w1), Turn::Granted { token: 7, .. }));
@@ -827,13 +850,13 @@ mod tests {
         // the waiter is cancelled while the hand-off is in flight
         assert!(local.leave(&k, w1).0.is_none());
         let orphan = local
-            .end_release(&k, Some(r.clone()), ReleaseEnd::HandedOff(3))
+            .end_release(&k, &ga, Some(r.clone()), ReleaseEnd::HandedOff(3))
             .unwrap();
         assert_eq!((&*orphan.owner, &*orphan.grant), ("i:b", &*gb));
         // an unknown outcome is given back too
         assert!(
             local
-                .end_release(&k, Some(r), ReleaseEnd::Unknown)
+                .end_release(&k, &ga, Some(r), ReleaseEnd::Unknown)
                 .is_some()
         );
         // cancelled after the hand-off reached it
@@ -842,10 +865,37 @@ mod tests {
         let ReleasePlan::Redis(Some(r)) = local.begin_release(&k, &ga, Some(false), true) else {
             panic!("reserved");
         };
-        local.end_release(&k, Some(r), ReleaseEnd::HandedOff(4));
+        local.end_release(&k, &ga, Some(r), ReleaseEnd::HandedOff(4));
         assert_eq!(local.renewals().len(), 1);
         assert_eq!(&*local.leave(&k, w2).0.unwrap().grant, &*gb);
         assert!(local.renewals().is_empty());
         assert!(local.lock().is_empty(), "idle keys are forgotten");
+    }
+
+    /// A message pushing a grant whose release is on its way (late, or a second copy) is no
+    /// grant to give back; once the release answered, one is (releasing it again changes
+    /// nothing on Redis), and the key is forgotten.
+    #[test]
+    fn a_push_of_a_grant_being_released_is_not_gone() {
+        let local = Local::default();
+        let (k, a) = (key(), OwnerField::from("i:a"));
+        let ga = hold(&local, &k, &a, false);
+        assert!(matches!(
+            local.begin_release(&k, &ga, Some(false), true),
+            ReleasePlan::Redis(None)
+        ));
+        let since = Instant::now();
+        assert_eq!(local.pushed(&k, &ga, 5, since), Delivery::Delivered);
+        assert!(
+            local.lock().contains_key(&k),
+            "kept while the release is on its way"
+        );
+        assert!(
+            local
+                .end_release(&k, &ga, None, ReleaseEnd::Freed)
+                .is_none()
+        );
+        assert!(local.lock().is_empty(), "idle keys are forgotten");
+        assert_eq!(local.pushed(&k, &ga, 5, since), Delivery::Gone);
     }
 }

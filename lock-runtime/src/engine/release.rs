@@ -156,7 +156,10 @@ impl Engine {
             Ok(_) => ReleaseEnd::Unchanged,
             Err(_) => ReleaseEnd::Unknown,
         };
-        if let Some(orphan) = self.local.end_release(&names.lock, reservation, end) {
+        if let Some(orphan) = self
+            .local
+            .end_release(&names.lock, &grant, reservation, end)
+        {
             tracing::debug!(key = %names.user, "hand-off target left, giving the lock back");
             self.give_back(target.clone(), orphan.owner, orphan.grant);
         }

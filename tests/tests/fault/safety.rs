@@ -9,7 +9,7 @@
 
 use std::time::{Duration, Instant};
 
-use crate::common::{Fixture, eventually, waiters_in_line};
+use crate::common::{Fixture, Monitor, eventually, script_call, waiters_in_line};
 use lock_runtime::{ErrorKind, LockConfig, LockService, OwnerId, owner};
 use lock_tests::harness::{Proxy, Spec, Topology, unique_key};
 
@@ -642,4 +642,98 @@ async fn a_cancelled_shortening_extend_never_leaves_the_guard_the_longer_lease()
             .saturating_duration_since(Instant::now())
     );
     taken.release().await.unwrap();
+}
+
+/// A copy of a pushed grant's message that reaches the holder while its release is on its way
+/// (a subscriber that reconnected can hear a shard channel's message twice, and any message can
+/// come after the reply of an attempt that found its grant already there) is not a grant to a
+/// waiter that left: the release alone ends the grant, and nothing else is sent for it. (Before,
+/// the copy found neither the waiter nor the hold and gave the grant back beside the release; on
+/// a cluster that give-back could run first and free the lock under the release, which then
+/// reported `NotHeld`.) B reaches Redis through a proxy that holds every request back 300 ms,
+/// so that its release is on its way when the copy, published on a direct connection, comes.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_late_copy_of_a_pushed_grant_is_not_given_back() {
+    let (fx, proxy, b) = behind_proxy(|config| config.with_watchdog_timeout(LONG)).await;
+    let a = fx.service(LONG).await;
+    let key = unique_key("late-copy");
+    let channel = format!("{}:ch", redis_key(&key));
+
+    // the messages of the lock's channel, heard on a connection of the test's own
+    let (heard_tx, mut heard) = tokio::sync::mpsc::unbounded_channel::<String>();
+    let (ready_tx, ready) = tokio::sync::oneshot::channel();
+    let mut listener = fx.redis();
+    let listening = channel.clone();
+    std::thread::spawn(move || {
+        let mut pubsub = listener.as_pubsub();
+        pubsub.subscribe(&listening).unwrap();
+        pubsub
+            .set_read_timeout(Some(Duration::from_secs(20)))
+            .unwrap();
+        ready_tx.send(()).unwrap();
+        while let Ok(message) = pubsub.get_message() {
+            if heard_tx.send(message.get_payload().unwrap()).is_err() {
+                return;
+            }
+        }
+    });
+    ready.await.unwrap();
+
+    let held = a.lock(&key).lease(LONG).await.unwrap();
+    let waiting = {
+        let (b, key) = (b.clone(), key.clone());
+        tokio::spawn(async move { b.lock(&key).lease(LONG).wait(Duration::from_secs(20)).await })
+    };
+    eventually(
+        "B is registered as waiting",
+        Duration::from_secs(5),
+        || async { a.inspect(&key).await.unwrap().waiting_services == 1 },
+    )
+    .await;
+    held.release().await.unwrap();
+    let guard = tokio::time::timeout(Duration::from_secs(5), waiting)
+        .await
+        .expect("B got the lock")
+        .unwrap()
+        .unwrap();
+    let message = tokio::time::timeout(Duration::from_secs(5), heard.recv())
+        .await
+        .expect("the release published a message")
+        .unwrap();
+    let fields: Vec<&str> = message.split('\n').collect();
+    assert_eq!(fields.len(), 6, "a grant pushed to B's head: {message:?}");
+    assert_eq!(fields[2].parse::<u64>().unwrap(), guard.fence());
+    let grant = fields[1].to_owned();
+
+    let seen = grant.clone();
+    let monitor = Monitor::start(fx.topo().master_port(), move |line| {
+        script_call(line) && line.contains(&seen)
+    })
+    .await;
+    proxy.set_request_latency(Duration::from_millis(100));
+    let release = guard.release();
+    tokio::pin!(release);
+    // one poll: the release has left the guard's bookkeeping and is on its way to Redis
+    tokio::select! {
+        biased;
+        _ = &mut release => panic!("the release cannot be answered inside the proxy's delay"),
+        () = std::future::ready(()) => {}
+    }
+    let _: i64 = redis::cmd("PUBLISH")
+        .arg(&channel)
+        .arg(&message)
+        .query(&mut fx.redis())
+        .unwrap();
+    release
+        .await
+        .expect("the release ends the grant the copy named");
+    // anything B sent for the grant after the copy came went out before this question
+    assert!(!b.is_locked(&key).await.unwrap());
+    monitor.sync().await;
+    assert_eq!(
+        monitor.count(),
+        1,
+        "only the release is sent for the grant: {:#?}",
+        monitor.lines()
+    );
 }
