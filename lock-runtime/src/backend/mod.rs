@@ -119,6 +119,15 @@ impl Backend {
         }
     }
 
+    /// Whether the subscriber's client subscribes a new connection again by itself after a
+    /// reconnection (the cluster client does, on the node that serves each shard channel's slot
+    /// then): the service must not send its own subscriptions again meanwhile - sent while the
+    /// client reconnects, one can land on another node of the shard (a replica), which then
+    /// delivers every message of the channel a second time.
+    pub(crate) fn restores_subscriptions(&self) -> bool {
+        self.is_cluster()
+    }
+
     /// Whether scripts touching several locks must be split by cluster slot.
     pub(crate) fn is_cluster(&self) -> bool {
         matches!(self.conn, Conn::Cluster(_))

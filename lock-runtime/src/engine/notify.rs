@@ -1,8 +1,9 @@
 //! Wake-ups: the shared subscriber's pushes are routed to the head waiter of the lock they name.
 
+use std::collections::HashSet;
 use std::sync::atomic::Ordering;
 use std::sync::{Arc, Weak};
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 use rand::Rng;
 
@@ -18,10 +19,25 @@ pub(crate) async fn run(inner: Weak<Engine>, mut pushes: UnboundedReceiver<PushI
     let Some(closing) = inner.upgrade().map(|inner| inner.closing.clone()) else {
         return;
     };
+    // After the subscriber's client lost a connection that it restores by itself (see
+    // `Backend::restores_subscriptions`): when, the channels whose subscription it restored
+    // since, and when to subscribe the others ourselves.
+    let mut restoring = Restoring::default();
     loop {
         let push = tokio::select! {
             () = closing.cancelled() => return,
             push = pushes.recv() => push,
+            () = sleep_until(restoring.check), if restoring.check.is_some() => {
+                restoring.check = None;
+                let Some(inner) = inner.upgrade() else { return };
+                // A client that has not learnt of a failover yet has nothing to restore on:
+                // subscribe the channels it did not restore ourselves, as after any other loss.
+                if !inner.resubscribing.swap(true, Ordering::SeqCst) {
+                    let restored = std::mem::take(&mut restoring.channels);
+                    inner.runtime.spawn(resubscribe(Arc::downgrade(&inner), restored));
+                }
+                continue;
+            }
         };
         let Some(push) = push else { return };
         let Some(inner) = inner.upgrade() else { return };
@@ -55,10 +71,31 @@ pub(crate) async fn run(inner: Weak<Engine>, mut pushes: UnboundedReceiver<PushI
             // Messages published while disconnected are lost, and the subscriptions may be
             // too (a client that gave up reconnecting resubscribes only when it is used again):
             // subscribe again to every channel someone waits on, then every head looks again.
+            // The cluster client subscribes its new connection by itself (see
+            // `Backend::restores_subscriptions`); each head looks again once its channel's
+            // subscription is back (below).
             PushKind::Disconnection => {
                 inner.local.wake_all_heads();
-                if !inner.resubscribing.swap(true, Ordering::SeqCst) {
-                    inner.runtime.spawn(resubscribe(Arc::downgrade(&inner)));
+                if inner.backend.restores_subscriptions() {
+                    restoring = Restoring {
+                        since: Some(Instant::now()),
+                        channels: HashSet::new(),
+                        check: Some(tokio::time::Instant::now() + RESTORE_GRACE),
+                    };
+                } else if !inner.resubscribing.swap(true, Ordering::SeqCst) {
+                    inner
+                        .runtime
+                        .spawn(resubscribe(Arc::downgrade(&inner), HashSet::new()));
+                }
+            }
+            // A subscription the client restored after a reconnection: a release published
+            // before it was back was missed.
+            PushKind::SSubscribe | PushKind::Subscribe
+                if restoring.since.is_some_and(|at| at.elapsed() < RESTORING) =>
+            {
+                if let Some(key) = push.data.first().and_then(lock_key_of_channel) {
+                    inner.local.wake_head(key);
+                    restoring.channels.insert(format!("{key}{CHANNEL_SUFFIX}"));
                 }
             }
             // A subscription ended that someone here still waits on: not one of this
@@ -73,7 +110,9 @@ pub(crate) async fn run(inner: Weak<Engine>, mut pushes: UnboundedReceiver<PushI
                     .is_some_and(|key| inner.local.has_waiters(key));
                 if waited && !inner.resubscribing.swap(true, Ordering::SeqCst) {
                     tracing::debug!("the server dropped a wake-up subscription; subscribing again");
-                    inner.runtime.spawn(resubscribe(Arc::downgrade(&inner)));
+                    inner
+                        .runtime
+                        .spawn(resubscribe(Arc::downgrade(&inner), HashSet::new()));
                 }
             }
             _ => {}
@@ -81,10 +120,42 @@ pub(crate) async fn run(inner: Weak<Engine>, mut pushes: UnboundedReceiver<PushI
     }
 }
 
+/// How long after a lost connection a subscription's confirmation is taken for the client's
+/// restoration of it (and wakes the channel's head): the client reconnects within a few
+/// backoff steps; a head woken by a later confirmation of its own first subscription only
+/// asks Redis once more.
+const RESTORING: Duration = Duration::from_secs(10);
+
+/// How long a client that restores its subscriptions itself is given to do so before the
+/// service subscribes the channels it did not restore: a reconnection to the same node takes a
+/// few milliseconds; after a failover the client may not know the new master until a command
+/// of its own is refused, and the subscriber sends none.
+const RESTORE_GRACE: Duration = Duration::from_secs(1);
+
+/// What the pushes told of a restoration of subscriptions under way (see [`run`]).
+#[derive(Default)]
+struct Restoring {
+    /// When the connection was lost.
+    since: Option<Instant>,
+    /// The channels whose subscription the client confirmed since.
+    channels: HashSet<String>,
+    /// When to subscribe the others.
+    check: Option<tokio::time::Instant>,
+}
+
+/// Sleeps until `at` (forever for `None`; the caller does not poll it then).
+async fn sleep_until(at: Option<tokio::time::Instant>) {
+    match at {
+        Some(at) => tokio::time::sleep_until(at).await,
+        None => std::future::pending().await,
+    }
+}
+
 /// Subscribes again to the channels this service's waiters wait on, until Redis takes the
 /// subscriptions (or nobody waits any more), then wakes every head waiter: a release published
-/// while the subscriptions were gone was missed.
-async fn resubscribe(inner: Weak<Engine>) {
+/// while the subscriptions were gone was missed. The channels in `restored` are subscribed
+/// already (the client restored them): they are not sent again.
+async fn resubscribe(inner: Weak<Engine>, restored: HashSet<String>) {
     let mut pause = Duration::from_millis(20);
     loop {
         let Some(service) = inner.upgrade() else {
@@ -92,7 +163,7 @@ async fn resubscribe(inner: Weak<Engine>) {
         };
         let channels: Vec<String> = {
             let mut subscribed = service.subscriptions.lock().await;
-            subscribed.clear();
+            subscribed.retain(|channel| restored.contains(channel));
             service
                 .local
                 .waited_keys()

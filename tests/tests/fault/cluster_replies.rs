@@ -1,4 +1,5 @@
-//! Lost replies between the lock service and a Redis Cluster: every node sits behind a fault
+//! Lost replies (and reset connections) between the lock service and a Redis Cluster: every
+//! node sits behind a fault
 //! proxy it announces ([`Spec::proxied_cluster`]), so the services' scripts pass the proxies and
 //! `drop_next_reply` makes Redis run a script whose reply the service never gets (its
 //! connection is reset).
@@ -429,4 +430,86 @@ async fn exclusion_holds_while_replies_are_lost() {
         || async { !locks.is_locked(&key).await.unwrap() },
     )
     .await;
+}
+
+/// How many connections of the node on `port` are subscribed to the shard channel `channel`.
+async fn shard_subscribers(port: u16, channel: &str) -> i64 {
+    let (_, n): (String, i64) = redis::cmd("PUBSUB")
+        .arg("SHARDNUMSUB")
+        .arg(channel)
+        .query_async(&mut raw(port).await)
+        .await
+        .unwrap();
+    n
+}
+
+/// A service whose connections to a node are reset while one of its callers waits is subscribed
+/// to the lock's channel again once, on the node that serves its slot: the cluster client
+/// restores its shard subscriptions by itself after a reconnection, and a second `SSUBSCRIBE`
+/// of the service's own, sent while the client was reconnecting, landed on another node of the
+/// shard (a replica), which then delivered every wake-up of the channel a second time. B waits
+/// for a lock A holds; the connections through the lock's master's proxy are reset twenty
+/// times, and after each reset the shard's nodes hold one subscription to the channel in all
+/// (B's; A waits for nothing), and B still gets the lock.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_reconnected_service_is_subscribed_once() {
+    const RESETS: usize = 20;
+    let topo = Topology::start(Spec::proxied_cluster()).await;
+    let key = unique_key("resubscribed");
+    let channel = format!("{}:ch", lock_hash(&key));
+    let (master, proxy) = master_of(&topo, &key);
+    let a = through_proxies(&topo).await;
+    let b = through_proxies(&topo).await;
+    let held = a.lock(&key).lease(LEASE).await.unwrap();
+    // B keeps waiting: an attempt whose connection was reset fails (`Backend`), and B asks again
+    let waiting = {
+        let (b, key) = (b.clone(), key.clone());
+        tokio::spawn(async move {
+            loop {
+                match b
+                    .lock(&key)
+                    .lease(LEASE)
+                    .wait(Duration::from_secs(60))
+                    .await
+                {
+                    Err(e) if e.kind() == ErrorKind::Backend => continue,
+                    other => return other,
+                }
+            }
+        })
+    };
+    eventually("B subscribed", Duration::from_secs(5), || async {
+        shard_subscribers(master, &channel).await == 1
+    })
+    .await;
+    let mut most = 0;
+    for _ in 0..RESETS {
+        proxy.reset_all().await;
+        eventually("B subscribed again", Duration::from_secs(5), || async {
+            shard_subscribers(master, &channel).await >= 1
+        })
+        .await;
+        // both restorations (if there were two) are done well within this
+        let settle = Instant::now() + Duration::from_millis(300);
+        while Instant::now() < settle {
+            let mut all = 0;
+            for port in topo.node_ports() {
+                all += shard_subscribers(port, &channel).await;
+            }
+            most = most.max(all);
+            tokio::time::sleep(Duration::from_millis(10)).await;
+        }
+    }
+    println!("at most {most} subscriptions to the channel after {RESETS} resets");
+    assert_eq!(
+        most, 1,
+        "a service subscribed on two nodes of the shard hears every message twice"
+    );
+    held.release().await.unwrap();
+    let guard = tokio::time::timeout(Duration::from_secs(5), waiting)
+        .await
+        .expect("B got the lock after the resets")
+        .unwrap()
+        .unwrap();
+    guard.release().await.unwrap();
 }
