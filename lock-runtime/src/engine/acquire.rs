@@ -193,9 +193,15 @@ impl Engine {
         }
 
         let grant = new_grant_id();
-        let (id, wake) = self
-            .local
-            .enqueue(&names.lock, kind, &field, &grant, lease_ms, watched);
+        let (id, wake) = self.local.enqueue(
+            &names.lock,
+            kind,
+            &field,
+            &grant,
+            &target.extra,
+            lease_ms,
+            watched,
+        );
         let mut ticket = Ticket {
             inner: self,
             target: &target,
@@ -267,6 +273,7 @@ impl Engine {
                                 // Already subscribed (another waiter of this service), the
                                 // release's message wakes this head: no second attempt.
                                 if self.ensure_subscribed(&names.channel()).await? {
+                                    self.local.may_be_free(&names.lock);
                                     continue;
                                 }
                             }
@@ -280,7 +287,13 @@ impl Engine {
                             } else {
                                 ttl
                             };
-                            hint = Some(ttl + Duration::from_millis(jitter));
+                            let look = ttl + Duration::from_millis(jitter);
+                            hint = Some(look);
+                            if kind.shared && kind.hand_off && !room {
+                                // the waiters of this service wait for a hand-off or a
+                                // wake-up, not for attempts of their own in vain
+                                self.local.quiet(&names.lock, sent, Instant::now() + look);
+                            }
                         }
                     }
                 }

@@ -7,6 +7,7 @@ use tokio::sync::oneshot;
 
 use super::ids::{GrantId, OwnerField};
 use super::kind::Kind;
+use super::local::Reservation;
 use super::names::KeyNames;
 use super::reply::Ask;
 use super::target::Target;
@@ -35,9 +36,8 @@ pub(crate) enum Op {
         owner: OwnerField,
         /// The grant to release.
         grant: GrantId,
-        /// The parked waiter of this service to hand the lock to: its owner, grant id and
-        /// lease.
-        next: Option<(OwnerField, GrantId, u64)>,
+        /// The parked waiter of this service to hand the lock to.
+        next: Option<Reservation>,
         /// Hand the lock to `next` even when other services wait: this service's turn with it
         /// started less than a slice ago (see `Reservation::in_turn`).
         in_turn: bool,

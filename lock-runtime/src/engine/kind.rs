@@ -50,7 +50,10 @@ pub(crate) struct Kind {
     /// services (the writers waiting of a read-write lock).
     pub(crate) leave: Option<&'static LazyLock<Script>>,
     /// The release script can grant the lock to the next waiter of this service in the same
-    /// call (its `next_*` arguments).
+    /// call (its `next_*` arguments). With [`shared`](Kind::shared), any release may hand over
+    /// (not only the last hold of this service), the lease argument carries the waiter's extra
+    /// (see `scripts/ops.lua`), and a line refused with nothing free waits for a hand-off or a
+    /// wake-up instead of asking again (see `engine/local.rs`).
     pub(crate) hand_off: bool,
     /// The kind's `acquire` takes the service out of the services waiting when it grants (the
     /// mutex, a writer). For the other kinds (permits, readers), a grant that empties a line

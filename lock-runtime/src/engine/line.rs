@@ -10,7 +10,7 @@ use tokio::sync::Notify;
 use super::holds::{HoldCell, add_hold};
 use super::ids::{GrantId, LockKey, OwnerField};
 use super::kind::Kind;
-use super::local::{KeyState, Local, Orphan, Waiter, WaiterState, wake_front};
+use super::local::{KeyState, Local, Orphan, Waiter, WaiterState, look_again, wake_front};
 use crate::scripts::TURN_MS;
 
 /// What became of a grant another service's release pushed to a waiter of this service.
@@ -44,13 +44,15 @@ pub(crate) enum Turn {
 
 impl Local {
     /// Puts a new waiter for a hold of `kind` at the end of the line of `key`; its attempts
-    /// carry `grant`.
+    /// carry `grant` and the kind's `extra` argument.
+    #[allow(clippy::too_many_arguments)]
     pub(crate) fn enqueue(
         &self,
         key: &LockKey,
         kind: &'static Kind,
         owner: &OwnerField,
         grant: &GrantId,
+        extra: &Arc<str>,
         lease_ms: u64,
         watched: bool,
     ) -> (u64, Arc<Notify>) {
@@ -73,6 +75,7 @@ impl Local {
             granted_at: Instant::now(),
             pushed: None,
             claim: false,
+            extra: extra.clone(),
             wake: wake.clone(),
         });
         (id, wake)
@@ -116,9 +119,15 @@ impl Local {
         let w = &state.waiters[i];
         // The head looks; so does a waiter of a joint kind with only such waiters ahead of it
         // (readers take their shares together, not one round trip after another).
+        // For grants that coexist and hand off, the waiters a release is serving already are
+        // not in the way: the first one not served looks.
         let front = i == 0
             || (w.kind.joint && state.waiters.iter().take(i).all(|a| a.kind.joint))
-            || state.waiters.iter().take(i).all(|a| a.passed);
+            || state
+                .waiters
+                .iter()
+                .take(i)
+                .all(|a| a.passed || (w.kind.shared && w.kind.hand_off && a.state.is_served()));
         if !front {
             return Turn::Wait;
         }
@@ -131,7 +140,13 @@ impl Local {
                     .filter(|h| h.live(now) && h.blocks(&w.owner, w.kind.shared))
                     .map(|h| h.cell.valid_until())
                     .max();
-                match behind {
+                let quiet = state.quiet.filter(|(sent, until)| {
+                    w.kind.shared
+                        && w.kind.hand_off
+                        && now < *until
+                        && state.freed.get().is_none_or(|freed| freed < *sent)
+                });
+                match behind.or(quiet.map(|(_, until)| until)) {
                     Some(until) => Turn::Behind { until },
                     None => {
                         state.waiters[i].state = WaiterState::Attempting;
@@ -173,6 +188,9 @@ impl Local {
             w.state = WaiterState::Parked;
             w.passed = room;
             w.refused = true;
+            if room {
+                state.freed.set(Some(Instant::now()));
+            }
             let joint = w.kind.joint;
             state.refused = true;
             let next = state
@@ -183,6 +201,25 @@ impl Local {
             if room && let Some(next) = next {
                 next.wake.notify_one();
             }
+        }
+    }
+
+    /// The head's attempt sent at `sent` was refused with nothing free (for a kind whose
+    /// grants coexist and hand off): until `until`, a head waits for a hand-off or a wake-up
+    /// instead of asking Redis (see [`KeyState::quiet`]).
+    pub(crate) fn quiet(&self, key: &str, sent: Instant, until: Instant) {
+        if let Some(state) = self.lock().get_mut(key)
+            && !state.waiters.is_empty()
+        {
+            state.quiet = Some((sent, until));
+        }
+    }
+
+    /// Notes that something may have freed a grant of `key` (see [`look_again`]) without
+    /// waking anyone.
+    pub(crate) fn may_be_free(&self, key: &str) {
+        if let Some(state) = self.lock().get(key) {
+            state.freed.set(Some(Instant::now()));
         }
     }
 
@@ -345,7 +382,7 @@ impl Local {
     /// Wakes the head waiter of `key`.
     pub(crate) fn wake_head(&self, key: &str) {
         if let Some(state) = self.lock().get(key) {
-            wake_front(state);
+            look_again(state);
         }
     }
 
@@ -371,14 +408,14 @@ impl Local {
     pub(crate) fn turn_watch_fired(&self, key: &str) {
         if let Some(state) = self.lock().get_mut(key) {
             state.turn_watch.armed = false;
-            wake_front(state);
+            look_again(state);
         }
     }
 
     /// Wakes every head waiter (the subscriber reconnected and may have missed messages).
     pub(crate) fn wake_all_heads(&self) {
         for state in self.lock().values() {
-            wake_front(state);
+            look_again(state);
         }
     }
 
@@ -430,7 +467,10 @@ impl Local {
 fn remove_waiter(state: &mut KeyState, id: u64) -> Option<Waiter> {
     let i = state.waiters.iter().position(|w| w.id == id)?;
     let waiter = state.waiters.remove(i)?;
-    if i == 0 {
+    if state.waiters.is_empty() {
+        // the service stops waiting (it deregisters, and may unsubscribe)
+        state.quiet = None;
+    } else if i == 0 {
         wake_front(state);
     }
     Some(waiter)

@@ -47,6 +47,15 @@ pub(super) struct KeyState {
     /// than [`TURN_SLICE`] ago, a release hands it to the next waiter here even when other
     /// services wait (see [`Reservation::in_turn`]).
     pub(super) turn_since: Option<Instant>,
+    /// For a kind whose grants coexist and hand off (the semaphore): the head's last attempt,
+    /// sent at the first instant, was refused with nothing free, and the service stays
+    /// registered as waiting past the second. Until then, and unless something may have
+    /// freed a grant since that attempt was sent ([`KeyState::freed`]), a new head need not ask
+    /// Redis: a release of this service hands its grant over, and one of another service
+    /// publishes a wake-up.
+    pub(super) quiet: Option<(Instant, Instant)>,
+    /// When something last may have freed a grant of the key (see [`look_again`]).
+    pub(super) freed: std::cell::Cell<Option<Instant>>,
 }
 
 /// How long a service may pass a lock among its own waiters while other services wait for it,
@@ -92,6 +101,8 @@ pub(super) struct Waiter {
     /// It holds the lock by such a grant, for a claim window shorter than its lease: it must
     /// claim the lease (see `push`).
     pub(super) claim: bool,
+    /// The kind's extra argument of its attempts (a hand-off to it carries it too).
+    pub(super) extra: Arc<str>,
     pub(super) wake: Arc<Notify>,
 }
 
@@ -107,6 +118,13 @@ pub(super) enum WaiterState {
     Granted(u64),
 }
 
+impl WaiterState {
+    /// A release is handing it the lock, or did.
+    pub(super) fn is_served(self) -> bool {
+        matches!(self, WaiterState::Reserved | WaiterState::Granted(_))
+    }
+}
+
 /// A waiter reserved by a release for a hand-off.
 #[derive(Debug, Clone)]
 pub(crate) struct Reservation {
@@ -118,6 +136,11 @@ pub(crate) struct Reservation {
     /// The service's turn with the lock started less than [`TURN_SLICE`] ago: the release hands
     /// the lock to this waiter even when other services wait.
     pub(crate) in_turn: bool,
+    /// The waiter's extra argument (see [`Waiter::extra`]).
+    pub(crate) extra: Arc<str>,
+    /// How many other grants of the key this service holds (for a kind whose grants coexist:
+    /// a service that holds its share of them hands none over while other services wait).
+    pub(crate) held: usize,
 }
 
 /// How a release attempt on Redis ended, as far as the waiter line cares.
@@ -322,7 +345,7 @@ impl Local {
             hold.cell.report_lost(LossReason::FoundGone);
             hold.cell.lost.cancel();
         }
-        wake_front(state);
+        look_again(state);
         if state.is_idle() {
             keys.remove(key);
         }
@@ -330,7 +353,8 @@ impl Local {
 
     /// Drops a guard of the grant `grant` of `key` (synchronously, so renewal stops at once).
     /// When it was the grant's last guard and the head waiter is parked, reserves the head for
-    /// a hand-off.
+    /// a hand-off (for a kind whose grants coexist, the first waiter not served yet, when it
+    /// is parked).
     ///
     /// `guard` is `Some(watched)` when a guard is dropped, `None` when a grant that never got a
     /// guard (or whose guards are gone) is given back.
@@ -382,23 +406,37 @@ impl Local {
             (None, None) => {}
         }
         state.releasing.push(GrantId::from(grant));
-        // A hand-off goes to the head only when no other hold is in force (the kinds that hand
-        // off have one grant per key at a time).
         let now = Instant::now();
-        let others_hold = state.holds.iter().any(|h| h.live(now));
+        let held = state.holds.iter().filter(|h| h.live(now)).count();
         let in_turn = state
             .turn_since
             .is_some_and(|since| now.saturating_duration_since(since) < TURN_SLICE);
-        let reservation = match state.waiters.front_mut() {
-            Some(head) if hand_off && !others_hold && head.state == WaiterState::Parked => {
-                head.state = WaiterState::Reserved;
+        let next = match state.waiters.front() {
+            // Grants that coexist (permits): to the first parked waiter, whatever else is
+            // held, so that every release keeps its grant in use. A waiter whose own attempt
+            // is on its way is passed over: that attempt takes a free permit, and when it is
+            // refused, the waiter is the next one served.
+            Some(head) if head.kind.shared => state
+                .waiters
+                .iter_mut()
+                .find(|w| w.state == WaiterState::Parked),
+            // A hand-off goes to the head only when no other hold is in force (the kinds
+            // that hand off one grant per key have one at a time).
+            _ if held > 0 => None,
+            _ => state.waiters.front_mut(),
+        };
+        let reservation = match next {
+            Some(w) if hand_off && w.state == WaiterState::Parked => {
+                w.state = WaiterState::Reserved;
                 Some(Reservation {
-                    waiter: head.id,
+                    waiter: w.id,
                     at: now,
-                    owner: head.owner.clone(),
-                    grant: head.grant.clone(),
-                    lease_ms: head.lease_ms,
+                    owner: w.owner.clone(),
+                    grant: w.grant.clone(),
+                    lease_ms: w.lease_ms,
                     in_turn,
+                    extra: w.extra.clone(),
+                    held,
                 })
             }
             _ => None,
@@ -474,7 +512,7 @@ impl Local {
                 let sent = reservation.as_ref().map(|r| r.at);
                 let missed = state.turn_watch.missed.get();
                 if missed.is_some_and(|t| sent.is_none_or(|s| t >= s)) {
-                    wake_front(state);
+                    look_again(state);
                 }
                 None
             }
@@ -488,7 +526,7 @@ impl Local {
                 // the same moment as the other services' waiters, instead of racing ahead.
                 // When the turn went to another service, the head's attempt finds that out and
                 // waits for its turn; it must not sleep through the release.
-                wake_front(state);
+                look_again(state);
                 None
             }
         }
@@ -511,7 +549,7 @@ impl Local {
                 hold.cell.report_lost(LossReason::ForceUnlocked);
                 hold.cell.lost.cancel();
             }
-            wake_front(state);
+            look_again(state);
             if state.is_idle() {
                 keys.remove(key);
             }
@@ -611,6 +649,14 @@ impl KeyState {
     }
 }
 
+/// Something may have freed a grant of the key (a release of this service that handed
+/// nothing over, a wake-up message, a grant found gone): a quiet line's head asks Redis again
+/// (see [`KeyState::quiet`]). Wakes the front of the line.
+pub(super) fn look_again(state: &KeyState) {
+    state.freed.set(Some(Instant::now()));
+    wake_front(state);
+}
+
 /// Wakes the head waiter, and when it is of a joint kind, the waiters of joint kinds right
 /// behind it (see [`Local::turn`]).
 pub(super) fn wake_front(state: &KeyState) {
@@ -622,6 +668,11 @@ pub(super) fn wake_front(state: &KeyState) {
         head.wake.notify_one();
         if head.kind.joint {
             for w in front.take_while(|w| w.kind.joint) {
+                w.wake.notify_one();
+            }
+        } else if head.kind.shared && head.kind.hand_off && head.state.is_served() {
+            // the first waiter not served is the one that looks (see `Local::turn`)
+            if let Some(w) = front.find(|w| !w.state.is_served()) {
                 w.wake.notify_one();
             }
         }
@@ -699,8 +750,16 @@ mod tests {
         let local = Local::default();
         let (k, a, b) = (key(), OwnerField::from("i:a"), OwnerField::from("i:b"));
         let ga = hold(&local, &k, &a, true);
-        let (w1, _) = local.enqueue(&k, &TEST_KIND, &b, &new_grant_id(), 100, false);
-        let (w2, _) = local.enqueue(&k, &TEST_KIND, &"i:c".into(), &new_grant_id(), 100, false);
+        let (w1, _) = local.enqueue(&k, &TEST_KIND, &b, &new_grant_id(), &"".into(), 100, false);
+        let (w2, _) = local.enqueue(
+            &k,
+            &TEST_KIND,
+            &"i:c".into(),
+            &new_grant_id(),
+            &"".into(),
+            100,
+            false,
+        );
         assert_eq!(local.turn(&k, w2), Turn::Wait);
         // behind a live hold of this service the head does not ask Redis
         assert!(matches!(local.turn(&k, w1), Turn::Behind { .. }));
@@ -749,7 +808,15 @@ mod tests {
             (&JOINT_KIND, "i:r2"),
             (&TEST_KIND, "i:w"),
         ] {
-            line.push(local.enqueue(&k, kind, &owner.into(), &new_grant_id(), 100, false));
+            line.push(local.enqueue(
+                &k,
+                kind,
+                &owner.into(),
+                &new_grant_id(),
+                &"".into(),
+                100,
+                false,
+            ));
         }
         let [(r1, _), (r2, r2_wake), (w, w_wake)] = &line[..] else {
             unreachable!()
@@ -843,7 +910,7 @@ mod tests {
         let (k, a, b) = (key(), OwnerField::from("i:a"), OwnerField::from("i:b"));
         let ga = hold(&local, &k, &a, false);
         let gb = new_grant_id();
-        let (w1, _) = local.enqueue(&k, &TEST_KIND, &b, &gb, 100, true);
+        let (w1, _) = local.enqueue(&k, &TEST_KIND, &b, &gb, &"".into(), 100, true);
         let ReleasePlan::Redis(Some(r)) = local.begin_release(&k, &ga, Some(false), true) else {
             panic!("reserved");
         };
@@ -861,7 +928,7 @@ mod tests {
         );
         // cancelled after the hand-off reached it
         let ga = hold(&local, &k, &a, false);
-        let (w2, _) = local.enqueue(&k, &TEST_KIND, &b, &gb, 100, true);
+        let (w2, _) = local.enqueue(&k, &TEST_KIND, &b, &gb, &"".into(), 100, true);
         let ReleasePlan::Redis(Some(r)) = local.begin_release(&k, &ga, Some(false), true) else {
             panic!("reserved");
         };

@@ -113,9 +113,7 @@ impl Engine {
             target: target.clone(),
             owner: field.clone(),
             grant: grant.clone(),
-            next: reservation
-                .as_ref()
-                .map(|r| (r.owner.clone(), r.grant.clone(), r.lease_ms)),
+            next: reservation.clone(),
             in_turn: reservation.as_ref().is_some_and(|r| r.in_turn),
             keep_until,
         };

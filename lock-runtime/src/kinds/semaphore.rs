@@ -23,10 +23,14 @@ static RENEW: LazyLock<Script> =
 static AVAILABLE: LazyLock<Script> =
     LazyLock::new(|| Script::new(include_str!("semaphore/available.lua")));
 
-/// A permit grant as the engine sees it: grants coexist; only the head of a line asks Redis (a
-/// release wakes it, and each waiter granted wakes the next). A head refused while some permits
-/// are free - too few for its request, maybe enough for a smaller one - lets the waiter behind
-/// it try, and so on down the line.
+/// A permit grant as the engine sees it: grants coexist; a release hands its permits to the
+/// next waiter of its service in the same call when they fit (and the service holds no more
+/// than its share while other services wait), so a permit is never idle between the release
+/// and the next grant. Only the head of a line asks Redis (a release that frees permits wakes
+/// it, and each waiter granted wakes the next); after a refusal with nothing free, the line
+/// waits for a hand-off or a wake-up. A head refused while some permits are free - too few for
+/// its request, maybe enough for a smaller one - lets the waiter behind it try, and so on down
+/// the line.
 pub(crate) static SEMAPHORE: Kind = Kind {
     id: 3,
     noun: "semaphore",
@@ -39,7 +43,7 @@ pub(crate) static SEMAPHORE: Kind = Kind {
     joint: false,
     reentrant: false,
     leave: None,
-    hand_off: false,
+    hand_off: true,
     leaves_on_grant: false,
     fourth_key: None,
 };

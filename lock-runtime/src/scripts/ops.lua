@@ -13,7 +13,9 @@
 --        operations after it are not run and reply -2, 'not run', 0 (all-or-nothing batches)
 --   'f': like 'a', from a service that is not registered as waiting for the lock: the kind's
 --        acquire may try the lock before it looks at anything else (its `fresh` parameter)
---   'r', owner field, grant id, next owner field or '', its grant id, its lease  (release)
+--   'r', owner field, grant id, next owner field or '', its grant id, its lease  (release; for
+--        a kind whose grants coexist, '<its lease> <grants the service holds besides> <its
+--        extra>': the release sees whether its request fits)
 --   'k': like 'r', in the releasing service's turn: a kind that hands off gives the lock to the
 --        next owner even when other services wait (the release function's `in_turn`)
 -- Every kind's acquire replies 1, token, 0 (granted) | 2, token, n (the owner holds it under

@@ -7,15 +7,20 @@
 -- its lease) and the key's PEXPIRE is the latest of them. Keys: the hash, its fence counter,
 -- the services waiting (a release publishes when it is not empty), and an unused fourth.
 
--- Reads the grants, dropping those whose lease ran out. Returns the permits in use and the
--- earliest and latest expiry of a live grant (0 when none).
-local function sem_state(lock)
+-- Reads the grants, dropping those whose lease ran out. Returns the permits in use, the
+-- earliest and latest expiry of a live grant (0 when none), and whether the field `field` (if
+-- given) is there.
+local function sem_state(lock, field)
   local now = now_ms()
   local all = redis.call('hgetall', lock)
   local used, earliest, latest = 0, 0, 0
   local dead = {}
+  local found = false
   for i = 1, #all, 2 do
     local f, v = all[i], all[i + 1]
+    if f == field then
+      found = true
+    end
     if string.sub(f, 1, 2) == 'p:' then
       local exp, n = string.match(v, '^(%d+) (%d+)')
       exp, n = tonumber(exp) or 0, tonumber(n) or 0
@@ -35,7 +40,7 @@ local function sem_state(lock)
   if #dead > 0 then
     redis.call('hdel', lock, unpack(dead))
   end
-  return used, earliest, latest
+  return used, earliest, latest, found
 end
 
 -- acquire: hash, fence counter, services waiting, unused; owner field; grant id; lease in ms;
@@ -75,14 +80,64 @@ local function acquire(lock, fence_key, queue, _, owner, grant_id, lease, horizo
   return 0, retry, math.max(total - used, 0)
 end
 
+-- Whether this service keeps a grant it releases for its next waiter while other services
+-- wait: only while it holds fewer than its share of the permits (all of them split evenly
+-- among the services registered as waiting, this one included; at least one), so that a busy
+-- service does not keep them all. `held`: the other grants it holds.
+local function may_keep(queue, held, total)
+  if held == 0 then
+    return true
+  end
+  local now = now_ms()
+  local others = redis.call('zcount', queue, '(' .. now, '+inf')
+  if others == 0 then
+    return true
+  end
+  local mine = tonumber(redis.call('zscore', queue, service))
+  if mine and mine > now then
+    others = others - 1
+  end
+  return others == 0 or held < math.max(math.floor(total / (others + 1)), 1)
+end
+
 -- release: hash, fence counter, services waiting, unused; owner field; grant id; the next
--- owner's field, grant id and lease (unused: no hand-off). The hash goes with its last grant;
--- while others remain, its expiry stays the latest lease an acquire set, which covers theirs
--- (grants whose lease ran out are dropped by the next acquire, and read as free meanwhile), so
--- a release reads nothing but the hash's length.
-local function release(lock, _, queue, _, _, grant_id, _, _, _)
+-- waiter of this service ('' for none): its owner field, its grant id, and '<lease in ms>
+-- <grants this service holds besides> <its extra>'. The next waiter gets the grant it asks
+-- for in this call when it fits in the permits and this service may keep them (may_keep);
+-- else the permits are freed, and permits left free publish a wake-up when services wait.
+-- Replies as ops.lua documents: 3, token, 0 when handed to the next waiter. With no next
+-- waiter, the hash goes with its last grant; while others remain, its expiry stays the latest
+-- lease an acquire set, which covers theirs (grants whose lease ran out are dropped by the
+-- next acquire, and read as free meanwhile), so such a release reads nothing but the hash's
+-- length.
+local function release(lock, fence_key, queue, _, _, grant_id, next_owner, next_id, next_terms)
+  local lease, held, want, total
+  if next_owner ~= '' then
+    lease, held, want, total = string.match(next_terms, '^(%d+) (%d+) (%d+) (%d+)$')
+    lease, held, want, total = checked_lease(lease), tonumber(held), tonumber(want), tonumber(total)
+    if not want or want < 1 or not total or want > total then
+      error('invalid permit counts ' .. tostring(next_terms))
+    end
+  end
   if redis.call('hdel', lock, 'p:' .. grant_id) == 0 then
     return 0, 0, 0
+  end
+  if next_owner ~= '' then
+    local field = 'p:' .. next_id
+    local used, _, latest, made = sem_state(lock, field)
+    -- (a grant the next waiter already has - made by an attempt whose reply was lost - is
+    -- its own: its next attempt finds it)
+    if used + want <= total and not made and may_keep(queue, held, total) then
+      local token = next_token(fence_key)
+      local exp = now_ms() + lease
+      redis.call('hset', lock, field, exp .. ' ' .. want .. ' @' .. token .. ' ' .. next_owner,
+        ':n', total)
+      redis.call('pexpire', lock, math.max(exp, latest) - now_ms())
+      if used + want < total and redis.call('exists', queue) == 1 then
+        redis.call($PUBLISH, lock .. $CHANNEL_SUFFIX, '0')
+      end
+      return 3, tonumber(token), 0
+    end
   end
   -- ':n' and no grant left
   if redis.call('hlen', lock) <= 1 then
