@@ -5,9 +5,9 @@ use std::sync::{Mutex, MutexGuard};
 
 use tokio::sync::oneshot;
 
+use super::handoff::Reservation;
 use super::ids::{GrantId, OwnerField};
 use super::kind::Kind;
-use super::local::Reservation;
 use super::names::KeyNames;
 use super::reply::Ask;
 use super::target::Target;

@@ -7,10 +7,11 @@ use std::time::{Duration, Instant};
 
 use tokio::sync::Notify;
 
+use super::handoff::Orphan;
 use super::holds::{HoldCell, add_hold};
 use super::ids::{GrantId, LockKey, OwnerField};
 use super::kind::Kind;
-use super::local::{KeyState, Local, Orphan, Waiter, WaiterState, look_again, wake_front};
+use super::local::{KeyState, Local, Waiter, WaiterState, look_again, wake_front};
 use crate::scripts::TURN_MS;
 
 /// What became of a grant another service's release pushed to a waiter of this service.

@@ -1,9 +1,9 @@
 //! The engine every lock kind runs on: acquire with waiting (`acquire`), release with hand-off
 //! and give-back of grants nobody will use (`release`), shared script calls (`batch`), the
-//! in-process holds and waiter lines (`local`), the guard core (`guard`), renewal (`watchdog`),
-//! wake-ups (`notify`) and the service's graceful end (`shutdown`). It knows no kind: a kind
-//! describes itself with a [`Kind`] (its scripts, whether its holds are shared, re-entrant,
-//! handed off) and the engine does the rest.
+//! in-process holds, waiter lines and hand-offs (`local`, `line`, `handoff`), the guard core
+//! (`guard`), renewal (`watchdog`), wake-ups (`notify`) and the service's graceful end
+//! (`shutdown`). It knows no kind: a kind describes itself with a [`Kind`] (its scripts,
+//! whether its holds are shared, re-entrant, handed off) and the engine does the rest.
 //!
 //! Redis calls that change lock state run in their own tasks and report back over a channel, so
 //! cancelling the caller's future never loses a reply: a grant that arrives after its caller left
@@ -15,6 +15,7 @@ mod batch;
 mod batcher;
 mod core;
 pub(crate) mod guard;
+mod handoff;
 mod holds;
 mod ids;
 mod kind;

@@ -12,8 +12,8 @@ use tokio::sync::Notify;
 
 use super::batcher::Op;
 use super::core::Engine;
+use super::handoff::{ReleaseEnd, ReleasePlan, Reservation};
 use super::ids::{GrantId, OwnerField};
-use super::local::{ReleaseEnd, ReleasePlan, Reservation};
 use super::reply::{Released, parse_released};
 use super::target::Target;
 use crate::detach::Detachable;
