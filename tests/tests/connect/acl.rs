@@ -9,7 +9,7 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use crate::common::Fixture;
-use lock_runtime::{ErrorKind, LockConfig, LockError, LockService};
+use lock_runtime::{ErrorKind, LockConfig, LockError, LockKind, LockService};
 use lock_tests::harness::{Spec, unique_key};
 
 const README: &str = include_str!("../../../README.md");
@@ -191,16 +191,41 @@ async fn lock_family(a: &LockService, b: &LockService) -> Result<(), Trouble> {
     r2.release().await?;
     b.write(&rw).await?.release().await?;
 
-    // semaphore
-    let sem = a.semaphore(unique_key("acl-sem"), 2);
+    // semaphore: A holds both permits while a caller of A and one of B wait; A's releases may
+    // hand a permit to its own waiter only within its share while B waits (ZCOUNT, ZSCORE)
+    let name = unique_key("acl-sem");
+    let sem = a.semaphore(&name, 2);
     let p1 = sem.acquire().await?;
     let p2 = sem.acquire().await?;
     let available = sem.available().await?;
     check(available == 0, || {
         format!("{available} permits left of 2 taken")
     })?;
+    let waiting = [sem.clone(), b.semaphore(&name, 2)].map(|sem| {
+        tokio::spawn(async move {
+            sem.acquire()
+                .wait(Duration::from_secs(5))
+                .await?
+                .release()
+                .await
+        })
+    });
+    let deadline = Instant::now() + Duration::from_secs(5);
+    loop {
+        let info = a.inspect_kind(LockKind::Semaphore, &name).await?;
+        if info.waiting_services == 2 {
+            break;
+        }
+        check(Instant::now() < deadline, || {
+            format!("the semaphore's waiters did not register: {info:?}")
+        })?;
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
     p1.release().await?;
     p2.release().await?;
+    for waiter in waiting {
+        waiter.await.expect("semaphore waiter task")?;
+    }
 
     // lock_all
     let keys = [unique_key("acl-all"), unique_key("acl-all")];
