@@ -183,22 +183,18 @@ impl Engine {
                         let left = until.saturating_duration_since(std::time::Instant::now());
                         u64::try_from(left.as_millis()).unwrap_or(u64::MAX)
                     });
-                    let (next_owner, next_grant, next_lease) = match next {
-                        // grants that coexist: the release decides whether they fit
-                        Some(r) if kind.shared => (
-                            &*r.owner,
-                            &*r.grant,
-                            format!("{} {} {}", r.lease_ms, r.held, r.extra),
-                        ),
-                        Some(r) => (&*r.owner, &*r.grant, r.lease_ms.to_string()),
-                        None => ("", "", keep.to_string()),
-                    };
                     call.arg(if *in_turn { "k" } else { "r" })
                         .arg(&**owner)
-                        .arg(&**grant)
-                        .arg(next_owner)
-                        .arg(next_grant)
-                        .arg(next_lease)
+                        .arg(&**grant);
+                    match next {
+                        // grants that coexist: the release decides whether they fit
+                        Some(r) if kind.shared => call
+                            .arg(&*r.owner)
+                            .arg(&*r.grant)
+                            .arg(format!("{} {} {}", r.lease_ms, r.held, r.extra)),
+                        Some(r) => call.arg(&*r.owner).arg(&*r.grant).arg(r.lease_ms),
+                        None => call.arg("").arg("").arg(keep),
+                    }
                 }
             };
         }

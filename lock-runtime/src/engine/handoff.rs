@@ -74,7 +74,7 @@ impl Local {
     pub(crate) fn begin_release(
         &self,
         key: &str,
-        grant: &str,
+        grant: &GrantId,
         guard: Option<bool>,
         hand_off: bool,
     ) -> ReleasePlan {
@@ -85,7 +85,7 @@ impl Local {
                 None => ReleasePlan::Redis(None),
             };
         };
-        let position = state.holds.iter().position(|h| &*h.grant == grant);
+        let position = state.holds.iter().position(|h| h.grant == *grant);
         match (position, guard) {
             (Some(i), Some(watched)) => {
                 let hold = &mut state.holds[i];
@@ -118,7 +118,7 @@ impl Local {
             }
             (None, None) => {}
         }
-        state.releasing.push(GrantId::from(grant));
+        state.releasing.push(grant.clone());
         let now = Instant::now();
         let held = state.holds.iter().filter(|h| h.live(now)).count();
         let in_turn = state
