@@ -160,7 +160,8 @@ impl Backend {
                     let mut con = c.commands.clone();
                     async move { invoke(&mut con, call, &self.functions).await }
                 };
-                self.timed(what, not_run_retried(attempt)).await
+                // boxed: its retries would make every call's future the size of theirs
+                Box::pin(self.timed(what, not_run_retried(attempt))).await
             }
             Conn::Sentinel(s) => {
                 let master = s.current();
@@ -218,9 +219,8 @@ impl Backend {
                 acknowledged: true,
             });
         };
-        let result = self
-            .waited_for_replicas(what, call, replicas, timeout)
-            .await;
+        // boxed, like the cluster's retries: only calls that wait for replicas carry its size
+        let result = Box::pin(self.waited_for_replicas(what, call, replicas, timeout)).await;
         crate::metrics::script_call(what, result.is_ok());
         let (reply, acks) = result?;
         Ok(Synced {

@@ -66,7 +66,8 @@ impl Engine {
         // released) is given back, not handed out.
         let result = match result {
             Ok(guard) if self.is_closing() => {
-                if let Err(e) = guard.release().await {
+                // (boxed: a rare path, kept out of every acquire's size)
+                if let Err(e) = Box::pin(guard.release()).await {
                     tracing::debug!(parent: &span, error = %e, "giving back a grant at shutdown failed");
                 }
                 Err(Self::closing_error(lock_kind, &names))
@@ -272,7 +273,8 @@ impl Engine {
                                 // attempt and the subscription would otherwise go unnoticed.
                                 // Already subscribed (another waiter of this service), the
                                 // release's message wakes this head: no second attempt.
-                                if self.ensure_subscribed(&names.channel()).await? {
+                                // (boxed: once per waiting call, kept out of every acquire's size)
+                                if Box::pin(self.ensure_subscribed(&names.channel())).await? {
                                     self.local.may_be_free(&names.lock);
                                     continue;
                                 }
@@ -504,7 +506,9 @@ impl Ticket<'_> {
     /// Leaves the line and, when this service stops waiting, deregisters it before returning:
     /// a caller that gave up is not offered the next turn after it returned.
     async fn leave_now(mut self) {
-        if let Some(deregister) = self.leave() {
+        // boxed: a call that waits carries a pointer to it, not its size
+        let deregister = self.leave().map(Box::pin);
+        if let Some(deregister) = deregister {
             deregister.await;
         }
     }

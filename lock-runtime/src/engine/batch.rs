@@ -24,7 +24,7 @@ use super::core::Engine;
 use super::reply::Ask;
 use crate::backend::Synced;
 use crate::error::{ErrorKind, LockError};
-use crate::scripts::ScriptCall;
+use crate::scripts::{QUEUE_SUFFIX, ScriptCall};
 
 /// A taken slot; dropping it sends the queued operations or frees the slot, also when the call
 /// that held it was cancelled or panicked.
@@ -140,9 +140,11 @@ impl Engine {
         );
         for op in ops {
             let names = op.names();
-            call.key(&names.lock).key(names.fence()).key(&names.queue());
+            call.key(&names.lock)
+                .key(names.fence())
+                .key_suffixed(&names.lock, QUEUE_SUFFIX);
             if let Some(suffix) = kind.fourth_key {
-                call.key(&names.suffixed(suffix));
+                call.key_suffixed(&names.lock, suffix);
             }
         }
         call.arg(&self.service_id);

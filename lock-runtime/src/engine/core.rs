@@ -2,7 +2,7 @@
 //! settings-derived values every operation asks for.
 
 use std::collections::HashSet;
-use std::sync::OnceLock;
+use std::sync::{Arc, OnceLock};
 use std::time::{Duration, Instant};
 
 use super::batcher::Batcher;
@@ -86,11 +86,17 @@ impl Engine {
     /// `mesh:<owner>` for owners that are the same in every process (see
     /// `inspect::split_owner_field`).
     pub(crate) fn owner_field(&self, owner: &OwnerId) -> OwnerField {
-        if owner.is_across_processes() {
-            format!("mesh:{owner}").into()
-        } else {
-            format!("{}:{owner}", self.field_prefix).into()
-        }
+        let prefix = match owner.is_across_processes() {
+            true => "mesh",
+            false => self.field_prefix.as_str(),
+        };
+        // built at its final size: one buffer, then the shared copy
+        let id = owner.as_str();
+        let mut field = String::with_capacity(prefix.len() + 1 + id.len());
+        field.push_str(prefix);
+        field.push(':');
+        field.push_str(id);
+        Arc::from(field)
     }
 
     /// Identifies the service among the lock domains of a call chain (see `crate::owner`).

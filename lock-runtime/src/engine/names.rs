@@ -151,17 +151,31 @@ pub(crate) fn slot_of(key: &[u8]) -> u16 {
     });
     let mut crc: u16 = 0;
     for &byte in tagged.unwrap_or(key) {
-        crc ^= u16::from(byte) << 8;
-        for _ in 0..8 {
+        crc = (crc << 8) ^ CRC16[usize::from((crc >> 8) as u8 ^ byte)];
+    }
+    crc % SLOTS as u16
+}
+
+/// CRC16 (XMODEM, polynomial 0x1021) of every byte value: [`slot_of`] takes a byte at a time.
+const CRC16: [u16; 256] = {
+    let mut table = [0u16; 256];
+    let mut i = 0;
+    while i < 256 {
+        let mut crc = (i as u16) << 8;
+        let mut bit = 0;
+        while bit < 8 {
             crc = if crc & 0x8000 != 0 {
                 (crc << 1) ^ 0x1021
             } else {
                 crc << 1
             };
+            bit += 1;
         }
+        table[i] = crc;
+        i += 1;
     }
-    crc % SLOTS as u16
-}
+    table
+};
 
 /// Per cluster slot, the smallest number whose decimal text hashes to that slot: the hash tag
 /// of the slot's fence counter. A fixed table (the same in every process and version), made
@@ -186,7 +200,23 @@ static FENCE_TAGS: LazyLock<Box<[u32]>> = LazyLock::new(|| {
 /// whatever the number of lock keys; counters never expire. No lock key has this form (a lock
 /// key has `{` or a kind's namespace right after the prefix, never `fence:`).
 fn fence_counter(prefix: &str, slot: u16) -> String {
-    format!("{prefix}fence:{{{}}}", FENCE_TAGS[usize::from(slot)])
+    let mut digits = [0u8; 10];
+    let mut at = digits.len();
+    let mut tag = FENCE_TAGS[usize::from(slot)];
+    loop {
+        at -= 1;
+        digits[at] = b'0' + (tag % 10) as u8;
+        tag /= 10;
+        if tag == 0 {
+            break;
+        }
+    }
+    let mut name = String::with_capacity(prefix.len() + 18);
+    name.push_str(prefix);
+    name.push_str("fence:{");
+    name.extend(digits[at..].iter().map(|&d| char::from(d)));
+    name.push('}');
+    name
 }
 
 /// Undoes `KeyNames`' escaping of `%`, `{` and `}` (left to right, so `%257B` is `%7B`).

@@ -88,13 +88,14 @@ impl Engine {
                 // counted until the script answered, also when the release runs in a task of
                 // its own: a shutdown waits for it (see `shut_down`)
                 let releasing = self.releasing.start();
-                let call =
-                    self.clone()
-                        .finish_release(target, field, grant, reservation, keep_until);
-                Box::pin(async move {
-                    let _releasing = releasing;
-                    call.await
-                })
+                Box::pin(self.clone().finish_release(
+                    target,
+                    field,
+                    grant,
+                    reservation,
+                    keep_until,
+                    releasing,
+                ))
             }
         }
     }
@@ -106,6 +107,8 @@ impl Engine {
         grant: GrantId,
         reservation: Option<Reservation>,
         keep_until: Option<Instant>,
+        // counted until the script answered (dropped at the end)
+        _releasing: ReleaseTicket,
     ) -> Result<Released, LockError> {
         let names = &target.names;
         let sent = Instant::now();

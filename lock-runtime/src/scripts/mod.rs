@@ -12,7 +12,9 @@
 
 use std::sync::LazyLock;
 
-use redis::{Cmd, Script, ToRedisArgs};
+use std::io::Write as _;
+
+use redis::{Cmd, RedisWrite as _, Script, ToRedisArgs};
 
 /// A static script from a `.lua` file of this folder.
 macro_rules! script {
@@ -170,8 +172,10 @@ impl<'a> ScriptCall<'a> {
         if !function {
             return ScriptCall::new(&ops.script, keys);
         }
-        let mut cmd = redis::cmd("FCALL");
-        cmd.arg(&ops.function.name).arg(keys);
+        // sized for the call at once (an operation brings 3-4 keys and 6 arguments): the
+        // command's buffers do not grow argument by argument
+        let mut cmd = Cmd::with_capacity(4 + keys * 3, 48 + keys * 40);
+        cmd.arg("FCALL").arg(&ops.function.name).arg(keys);
         ScriptCall {
             script: &ops.script,
             function: Some(&ops.function),
@@ -202,6 +206,17 @@ impl<'a> ScriptCall<'a> {
 
     pub(crate) fn key(&mut self, key: &str) -> &mut Self {
         self.cmd.arg(key);
+        self
+    }
+
+    /// The key named `<lock><suffix>` (a lock's waiting set, turn marker, ...), written into
+    /// the call without building its name first.
+    pub(crate) fn key_suffixed(&mut self, lock: &str, suffix: &str) -> &mut Self {
+        let mut arg = self.cmd.writer_for_next_arg();
+        // (writing into the command's own buffer cannot fail)
+        let _ = arg.write_all(lock.as_bytes());
+        let _ = arg.write_all(suffix.as_bytes());
+        drop(arg);
         self
     }
 
