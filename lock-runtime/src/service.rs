@@ -66,7 +66,8 @@ impl LockService {
     pub async fn connect(config: LockConfig) -> Result<LockService, LockError> {
         config.validate()?;
         let (push_tx, push_rx) = tokio::sync::mpsc::unbounded_channel();
-        let backend = Backend::connect(&config, push_tx).await?;
+        let engine = Arc::new(std::sync::OnceLock::new());
+        let backend = Backend::connect(&config, notify::sink(engine.clone(), push_tx)).await?;
         let runtime = tokio::runtime::Handle::current();
         let period = config.watchdog_timeout() / 3;
         let inner = Arc::new(Engine::new(
@@ -75,6 +76,7 @@ impl LockService {
             runtime.clone(),
             &crate::kinds::mutex::MUTEX,
         ));
+        let _ = engine.set(Arc::downgrade(&inner));
         runtime.spawn(watchdog::run(Arc::downgrade(&inner), period));
         runtime.spawn(notify::run(Arc::downgrade(&inner), push_rx));
         runtime.spawn(presence::run(Arc::downgrade(&inner)));

@@ -2,12 +2,11 @@
 //! channels are shard channels (SSUBSCRIBE / SPUBLISH) in the same slot, and the client
 //! follows failovers (slot refresh, reconnects, resubscription).
 
+use redis::ProtocolVersion;
 use redis::cluster::ClusterClientBuilder;
 use redis::cluster_async::ClusterConnection;
-use redis::{ProtocolVersion, PushInfo};
-use tokio::sync::mpsc::UnboundedSender;
 
-use super::probe;
+use super::{PushSink, probe};
 use crate::config::{LockConfig, redacted};
 use crate::error::{ErrorKind, LockError};
 
@@ -22,7 +21,7 @@ impl Cluster {
     pub(super) async fn connect(
         nodes: &[String],
         config: &LockConfig,
-        push: UnboundedSender<PushInfo>,
+        push: PushSink,
     ) -> Result<Cluster, LockError> {
         // `retries`: the subscriber's client may repeat its commands (subscribing twice is
         // harmless); the commands' client must not: it would send a script again after a
@@ -72,7 +71,10 @@ impl Cluster {
             .with_source(e)
         };
         let commands_client = builder(0).build().map_err(invalid)?;
-        let subscriber_client = builder(30).push_sender(push).build().map_err(invalid)?;
+        let subscriber_client = builder(30)
+            .push_sender(super::push_sender(&push))
+            .build()
+            .map_err(invalid)?;
         let synced = config.sync_replicas() > 0;
         let connect = async {
             let commands = commands_client.get_async_connection().await?;

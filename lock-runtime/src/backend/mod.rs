@@ -23,12 +23,12 @@ mod single;
 mod tls;
 
 use std::future::Future;
+use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::Duration;
 
 use redis::cluster_routing::{RoutingInfo, SingleNodeRoutingInfo};
 use redis::{FromRedisValue, PushInfo};
-use tokio::sync::mpsc::UnboundedSender;
 
 use crate::config::{LockConfig, Topology};
 use crate::error::{ErrorKind, LockError};
@@ -58,6 +58,19 @@ enum Conn {
     Cluster(cluster::Cluster),
 }
 
+/// Where a connection's pushes (wake-up messages, subscriptions, disconnections) go: called by
+/// the connection as each arrives, so it must not block.
+pub(crate) type PushSink = Arc<dyn Fn(PushInfo) + Send + Sync>;
+
+/// `sink` as the redis client takes a push sender.
+fn push_sender(sink: &PushSink) -> impl redis::aio::AsyncPushSender + Clone {
+    let sink = sink.clone();
+    move |push| -> Result<(), std::convert::Infallible> {
+        sink(push);
+        Ok(())
+    }
+}
+
 /// A script reply, and whether the replicas acknowledged it in time (always `true` when replica
 /// acknowledgements are not required).
 pub(crate) struct Synced<T> {
@@ -67,10 +80,7 @@ pub(crate) struct Synced<T> {
 
 impl Backend {
     /// Connects within `connect_timeout`; pushes (wake-up messages, disconnections) go to `push`.
-    pub(crate) async fn connect(
-        config: &LockConfig,
-        push: UnboundedSender<PushInfo>,
-    ) -> Result<Backend, LockError> {
+    pub(crate) async fn connect(config: &LockConfig, push: PushSink) -> Result<Backend, LockError> {
         let synced = config.sync_replicas() > 0;
         let login = login_user(config);
         let user = login.as_deref();

@@ -16,10 +16,9 @@ use std::time::Duration;
 use redis::aio::{ConnectionManager, ConnectionManagerConfig};
 use redis::{IntoConnectionInfo, PushInfo};
 use tokio::sync::Notify;
-use tokio::sync::mpsc::UnboundedSender;
 
-use super::probe;
 use super::single::{Single, open, url_user};
+use super::{PushSink, probe};
 use crate::config::{LockConfig, redacted};
 use crate::error::{ErrorKind, LockError};
 
@@ -35,7 +34,7 @@ struct Shared {
     /// Each sentinel: its URL as shown, the user its URL logs in as, the connection.
     sentinels: Vec<(String, Option<String>, ConnectionManager)>,
     config: LockConfig,
-    push: UnboundedSender<PushInfo>,
+    push: PushSink,
     current: RwLock<Arc<Master>>,
     channels: Mutex<HashSet<String>>,
     poke: Arc<Notify>,
@@ -59,7 +58,7 @@ impl Sentinel {
         master_name: &str,
         urls: &[String],
         config: &LockConfig,
-        push: UnboundedSender<PushInfo>,
+        push: PushSink,
     ) -> Result<Sentinel, LockError> {
         let query_timeout = config.response_timeout().min(Duration::from_millis(500));
         let mut sentinels = Vec::new();
@@ -181,7 +180,7 @@ impl Master {
     async fn connect(
         addr: String,
         config: &LockConfig,
-        push: UnboundedSender<PushInfo>,
+        push: PushSink,
     ) -> Result<Master, LockError> {
         // the sentinels name host:port; TLS to them means TLS to the data nodes too
         let scheme = if config.uses_tls() { "rediss" } else { "redis" };
@@ -215,7 +214,7 @@ impl Shared {
         );
         tracing::warn!(master = %self.master_name, from = %old.addr, to = %self.current_addr(), "sentinel failover: switched master");
         // messages published around the switch are lost: every head waiter looks again
-        let _ = self.push.send(PushInfo {
+        (self.push)(PushInfo {
             kind: redis::PushKind::Disconnection,
             data: Vec::new(),
         });

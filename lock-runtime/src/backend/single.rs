@@ -2,11 +2,10 @@
 //! RESP3 connections.
 
 use redis::aio::ConnectionManagerConfig;
-use redis::{IntoConnectionInfo, ProtocolVersion, PushInfo};
-use tokio::sync::mpsc::UnboundedSender;
+use redis::{IntoConnectionInfo, ProtocolVersion};
 
 use super::manager::Manager;
-use super::probe;
+use super::{PushSink, probe};
 use crate::config::{LockConfig, redacted};
 use crate::error::{ErrorKind, LockError};
 
@@ -22,7 +21,7 @@ impl Single {
     pub(super) async fn connect(
         url: &str,
         config: &LockConfig,
-        push: UnboundedSender<PushInfo>,
+        push: PushSink,
         synced: bool,
     ) -> Result<Single, LockError> {
         let client = client(url, config)?;
@@ -31,7 +30,7 @@ impl Single {
             let subscriber = Manager::connect(
                 client.clone(),
                 manager_config(config)
-                    .set_push_sender(push)
+                    .set_push_sender(super::push_sender(&push))
                     .set_automatic_resubscription(),
             )
             .await?;

@@ -2,16 +2,17 @@
 
 use std::collections::HashSet;
 use std::sync::atomic::Ordering;
-use std::sync::{Arc, Weak};
+use std::sync::{Arc, OnceLock, Weak};
 use std::time::{Duration, Instant};
 
 use rand::Rng;
 
 use redis::{PushInfo, PushKind, Value};
-use tokio::sync::mpsc::UnboundedReceiver;
+use tokio::sync::mpsc::{UnboundedReceiver, UnboundedSender};
 
 use super::core::Engine;
 use super::push::{Pushed, addressee};
+use crate::backend::PushSink;
 use crate::scripts::{CHANNEL_SUFFIX, TURN_MS};
 
 /// Routes pushes until the service is dropped or shuts down.
@@ -42,32 +43,8 @@ pub(crate) async fn run(inner: Weak<Engine>, mut pushes: UnboundedReceiver<PushI
         let Some(push) = push else { return };
         let Some(inner) = inner.upgrade() else { return };
         match push.kind {
-            PushKind::Message | PushKind::SMessage => {
-                let Some(key) = push.data.first().and_then(lock_key_of_channel) else {
-                    continue;
-                };
-                // The payload names the service whose turn it is ("0": anyone's), or the
-                // service whose head waiter a release granted the lock to, and the grant.
-                let ours = match push.data.get(1) {
-                    Some(Value::BulkString(message)) => {
-                        if let Some(pushed) = Pushed::parse(message, &inner.service_id) {
-                            inner.deliver_push(key, pushed);
-                            continue;
-                        }
-                        let who = addressee(message);
-                        who == b"0" || who == inner.service_id.as_bytes()
-                    }
-                    _ => true,
-                };
-                if ours {
-                    inner.local.wake_head(key);
-                } else {
-                    // Another service's turn. If that service went away, nobody claims it and
-                    // it runs out: look again then, rather than sleeping through the rest of
-                    // the released lock's lease.
-                    inner.watch_turn(key);
-                }
-            }
+            // (only those that came before the service was set up: see `sink`)
+            PushKind::Message | PushKind::SMessage => route_message(&inner, &push),
             // Messages published while disconnected are lost, and the subscriptions may be
             // too (a client that gave up reconnecting resubscribes only when it is used again):
             // subscribe again to every channel someone waits on, then every head looks again.
@@ -117,6 +94,54 @@ pub(crate) async fn run(inner: Weak<Engine>, mut pushes: UnboundedReceiver<PushI
             }
             _ => {}
         }
+    }
+}
+
+/// The pushes of the service's connections: wake-up messages are routed at once, by the
+/// connection that read them (no task in between: a wake-up is one hop shorter); everything
+/// else - subscriptions, disconnections - goes in order to [`run`] through `rest`, and so do
+/// messages that come before `engine` is set.
+pub(crate) fn sink(
+    engine: Arc<OnceLock<Weak<Engine>>>,
+    rest: UnboundedSender<PushInfo>,
+) -> PushSink {
+    Arc::new(move |push: PushInfo| {
+        if matches!(push.kind, PushKind::Message | PushKind::SMessage)
+            && let Some(inner) = engine.get().and_then(Weak::upgrade)
+        {
+            route_message(&inner, &push);
+            return;
+        }
+        // the receiver is gone only when the service is
+        let _ = rest.send(push);
+    })
+}
+
+/// Routes a wake-up message to the head waiter of the lock it names.
+fn route_message(inner: &Arc<Engine>, push: &PushInfo) {
+    let Some(key) = push.data.first().and_then(lock_key_of_channel) else {
+        return;
+    };
+    // The payload names the service whose turn it is ("0": anyone's), or the service whose
+    // head waiter a release granted the lock to, and the grant.
+    let ours = match push.data.get(1) {
+        Some(Value::BulkString(message)) => {
+            if let Some(pushed) = Pushed::parse(message, &inner.service_id) {
+                inner.deliver_push(key, pushed);
+                return;
+            }
+            let who = addressee(message);
+            who == b"0" || who == inner.service_id.as_bytes()
+        }
+        _ => true,
+    };
+    if ours {
+        inner.local.wake_head(key);
+    } else {
+        // Another service's turn. If that service went away, nobody claims it and it runs
+        // out: look again then, rather than sleeping through the rest of the released lock's
+        // lease.
+        inner.watch_turn(key);
     }
 }
 
