@@ -5,11 +5,10 @@
 //! the key is in force; a semaphore, whose grants coexist, to the first parked waiter whatever
 //! else is held. The Redis side is `release.rs` and each kind's release script.
 
-use std::collections::HashMap;
 use std::sync::Arc;
 use std::time::Instant;
 
-use super::ids::{GrantId, LockKey, OwnerField};
+use super::ids::{GrantId, KeyMap, LockKey, OwnerField};
 use super::local::{KeyState, Local, TURN_SLICE, WaiterState, look_again};
 use crate::vocab::LossReason;
 
@@ -178,7 +177,7 @@ impl Local {
     }
 
     fn end_release_in(
-        keys: &mut HashMap<LockKey, KeyState>,
+        keys: &mut KeyMap<KeyState>,
         key: &LockKey,
         grant: &str,
         reservation: Option<Reservation>,

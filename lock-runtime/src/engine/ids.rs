@@ -5,6 +5,9 @@ use std::sync::{Arc, LazyLock};
 
 /// A lock key as stored on Redis (prefix and hash tag applied).
 pub(crate) type LockKey = Arc<str>;
+/// A map by lock key. Its hasher is seeded at random per map, like the standard one, and is
+/// several times cheaper on short keys: every operation looks its key up a few times.
+pub(crate) type KeyMap<V> = std::collections::HashMap<LockKey, V, foldhash::fast::RandomState>;
 /// An owner as stored on Redis: `<process instance>:<owner id>`.
 pub(crate) type OwnerField = Arc<str>;
 /// The id of one grant (a hold's generation): 16 hex digits, chosen by the client for the

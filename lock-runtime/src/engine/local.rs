@@ -11,7 +11,7 @@
 //! Everything here is synchronous and runs under one short mutex; the Redis calls happen between
 //! the `begin_*` and `end_*` steps.
 
-use std::collections::{HashMap, VecDeque};
+use std::collections::VecDeque;
 use std::sync::atomic::AtomicU64;
 use std::sync::{Arc, Mutex, MutexGuard, Weak};
 use std::time::Instant;
@@ -19,14 +19,14 @@ use std::time::Instant;
 use tokio::sync::Notify;
 
 use super::holds::{Hold, HoldCell, add_hold, valid_until};
-use super::ids::{GrantId, LockKey, OwnerField};
+use super::ids::{GrantId, KeyMap, LockKey, OwnerField};
 use super::kind::Kind;
 use crate::owner::Site;
 use crate::vocab::LossReason;
 
 #[derive(Default)]
 pub(crate) struct Local {
-    keys: Mutex<HashMap<LockKey, KeyState>>,
+    keys: Mutex<KeyMap<KeyState>>,
     pub(super) next_waiter: AtomicU64,
 }
 
@@ -145,7 +145,7 @@ pub(crate) struct Renewal {
 }
 
 impl Local {
-    pub(super) fn lock(&self) -> MutexGuard<'_, HashMap<LockKey, KeyState>> {
+    pub(super) fn lock(&self) -> MutexGuard<'_, KeyMap<KeyState>> {
         // A panic while holding this mutex cannot leave the maps inconsistent in a way that
         // matters more than refusing all further lock operations would.
         self.keys

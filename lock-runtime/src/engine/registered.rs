@@ -4,22 +4,21 @@
 //! (`ops.lua`'s `'f'`), which a kind may serve with one write when the lock is free; any other
 //! attempt takes the kind's full path, which also removes the service's registration.
 
-use std::collections::HashMap;
 use std::sync::Mutex;
 use std::time::{Duration, Instant};
 
-use super::ids::LockKey;
+use super::ids::{KeyMap, LockKey};
 
 /// Past this many entries, a new one first drops those that ran out.
 const PRUNE_AT: usize = 256;
 
 #[derive(Default)]
 pub(crate) struct Registered {
-    until: Mutex<HashMap<LockKey, Instant>>,
+    until: Mutex<KeyMap<Instant>>,
 }
 
 impl Registered {
-    fn map(&self) -> std::sync::MutexGuard<'_, HashMap<LockKey, Instant>> {
+    fn map(&self) -> std::sync::MutexGuard<'_, KeyMap<Instant>> {
         self.until
             .lock()
             .unwrap_or_else(std::sync::PoisonError::into_inner)

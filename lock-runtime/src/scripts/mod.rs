@@ -174,7 +174,7 @@ impl<'a> ScriptCall<'a> {
         }
         // sized for the call at once (an operation brings 3-4 keys and 6 arguments): the
         // command's buffers do not grow argument by argument
-        let mut cmd = Cmd::with_capacity(4 + keys * 3, 48 + keys * 40);
+        let mut cmd = Cmd::with_capacity(4 + keys * 3, 64 + keys * 64);
         cmd.arg("FCALL").arg(&ops.function.name).arg(keys);
         ScriptCall {
             script: &ops.script,
