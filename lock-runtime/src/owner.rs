@@ -120,6 +120,25 @@ impl OwnerId {
         Self::from(uuid::Uuid::new_v4().simple().to_string())
     }
 
+    /// A new owner for a call that names none: unique in this process (a counter after a
+    /// random start, 32 hex digits like [`new`](Self::new)'s), which is all an owner stored as
+    /// `<process instance id>:<owner id>` needs, and cheaper than a random UUID per call.
+    pub(crate) fn fresh() -> Self {
+        static NEXT: std::sync::LazyLock<(u64, std::sync::atomic::AtomicU64)> =
+            std::sync::LazyLock::new(|| (rand::random(), std::sync::atomic::AtomicU64::new(0)));
+        let n = NEXT.1.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+        let mut hex = [0u8; 32];
+        for (i, digit) in hex.iter_mut().enumerate() {
+            let word = if i < 16 { NEXT.0 } else { n };
+            *digit = b"0123456789abcdef"[((word >> (60 - 4 * (i % 16))) & 0xf) as usize];
+        }
+        OwnerId {
+            id: std::str::from_utf8(&hex)
+                .map_or_else(|_| Arc::from(format!("{n:032x}")), Arc::from),
+            across_processes: false,
+        }
+    }
+
     /// An owner that is the same owner in every process: locks it holds in one service are
     /// re-entered by the same id in another (for example one operation's request id passed
     /// along the calls of a trusted service mesh).
@@ -398,7 +417,7 @@ pub(crate) fn resolve(service: usize, lock: &str) -> Resolved {
         return Resolved::Owner(owner);
     }
     let Ok(chain) = CHAIN.try_with(Chain::clone) else {
-        return Resolved::Owner(OwnerId::new());
+        return Resolved::Owner(OwnerId::fresh());
     };
     if let Some(owner) = chain.owner {
         return Resolved::Owner(owner);
@@ -427,7 +446,7 @@ pub(crate) fn resolve(service: usize, lock: &str) -> Resolved {
     Resolved::Owner(fresh_owner(chain.label.as_deref()))
 }
 
-/// A new owner for a new hold: `<label>#<n>` when the chain has a label, random otherwise.
+/// A new owner for a new hold: `<label>#<n>` when the chain has a label, else a fresh one.
 fn fresh_owner(label: Option<&str>) -> OwnerId {
     static NEXT: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(1);
     match label {
@@ -435,7 +454,7 @@ fn fresh_owner(label: Option<&str>) -> OwnerId {
             "{label}#{}",
             NEXT.fetch_add(1, std::sync::atomic::Ordering::Relaxed)
         )),
-        None => OwnerId::new(),
+        None => OwnerId::fresh(),
     }
 }
 
@@ -536,6 +555,20 @@ pub(crate) fn process_instance() -> &'static str {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn fresh_owners_are_distinct_and_look_like_new_ones() {
+        let a = OwnerId::fresh();
+        let b = OwnerId::fresh();
+        assert_ne!(a, b);
+        for id in [&a, &b, &OwnerId::new()] {
+            assert_eq!(id.as_str().len(), 32, "{id}");
+            assert!(id.as_str().bytes().all(|c| c.is_ascii_hexdigit()), "{id}");
+            assert!(!id.is_across_processes());
+        }
+        // the same process start, another count
+        assert_eq!(a.as_str()[..16], b.as_str()[..16]);
+    }
 
     #[tokio::test]
     async fn scopes_nest_and_spawn_passes_the_owner_on() {

@@ -1,8 +1,8 @@
 //! The engine's core: the state one service (a `LockService` and its clones) shares, and the
 //! settings-derived values every operation asks for.
 
-use std::collections::HashSet;
-use std::sync::{Arc, OnceLock};
+use std::collections::{HashMap, HashSet};
+use std::sync::{Arc, Mutex, OnceLock};
 use std::time::{Duration, Instant};
 
 use super::batcher::Batcher;
@@ -51,7 +51,15 @@ pub(crate) struct Engine {
     /// The kind whose releases push grants across services (the mutex): a pushed grant whose
     /// waiter left is given back as one of its holds.
     pub(crate) pushed_kind: &'static Kind,
+    /// The names of the keys locked lately, per namespace (see [`names`](Self::names)).
+    names: Mutex<Vec<(Box<str>, NamesByKey)>>,
 }
+
+/// The names [`Engine::names`] keeps for one namespace, by user key.
+type NamesByKey = HashMap<Box<str>, KeyNames, foldhash::fast::RandomState>;
+
+/// The most keys whose names [`Engine::names`] keeps per namespace; past that it starts over.
+const NAMES_KEPT: usize = 4096;
 
 impl Engine {
     /// A service's core; its background tasks are started by the caller.
@@ -78,6 +86,7 @@ impl Engine {
             events: Default::default(),
             closing: Default::default(),
             epoch: std::time::Instant::now(),
+            names: Mutex::default(),
             pushed_kind,
         }
     }
@@ -105,8 +114,29 @@ impl Engine {
     }
 
     /// The Redis names of the lock `key` in a kind's `namespace` under this service's prefix.
+    ///
+    /// The names of the keys locked lately are kept (a key locked again and again is the
+    /// common case), at most [`NAMES_KEPT`] per namespace.
     pub(crate) fn names(&self, namespace: &str, key: &str) -> Result<KeyNames, LockError> {
-        KeyNames::in_namespace(self.config.prefix(), namespace, key).map_err(|e| e.with_key(key))
+        let mut kept = self.names.lock().unwrap_or_else(|p| p.into_inner());
+        let at = match kept.iter().position(|(ns, _)| &**ns == namespace) {
+            Some(at) => at,
+            None => {
+                kept.push((namespace.into(), HashMap::default()));
+                kept.len() - 1
+            }
+        };
+        let by_key = &mut kept[at].1;
+        if let Some(names) = by_key.get(key) {
+            return Ok(names.clone());
+        }
+        let names = KeyNames::in_namespace(self.config.prefix(), namespace, key)
+            .map_err(|e| e.with_key(key))?;
+        if by_key.len() >= NAMES_KEPT {
+            by_key.clear();
+        }
+        by_key.insert(key.into(), names.clone());
+        Ok(names)
     }
 
     /// The operations script of `kind` with this service's settings.
