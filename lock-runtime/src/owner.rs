@@ -124,17 +124,11 @@ impl OwnerId {
     /// random start, 32 hex digits like [`new`](Self::new)'s), which is all an owner stored as
     /// `<process instance id>:<owner id>` needs, and cheaper than a random UUID per call.
     pub(crate) fn fresh() -> Self {
-        static NEXT: std::sync::LazyLock<(u64, std::sync::atomic::AtomicU64)> =
-            std::sync::LazyLock::new(|| (rand::random(), std::sync::atomic::AtomicU64::new(0)));
-        let n = NEXT.1.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
-        let mut hex = [0u8; 32];
-        for (i, digit) in hex.iter_mut().enumerate() {
-            let word = if i < 16 { NEXT.0 } else { n };
-            *digit = b"0123456789abcdef"[((word >> (60 - 4 * (i % 16))) & 0xf) as usize];
-        }
+        static NEXT: LazyLock<(u64, AtomicU64)> =
+            LazyLock::new(|| (rand::random(), AtomicU64::new(0)));
+        let n = NEXT.1.fetch_add(1, Ordering::Relaxed);
         OwnerId {
-            id: std::str::from_utf8(&hex)
-                .map_or_else(|_| Arc::from(format!("{n:032x}")), Arc::from),
+            id: hex_id(&[NEXT.0, n]),
             across_processes: false,
         }
     }
@@ -446,6 +440,20 @@ pub(crate) fn resolve(service: usize, lock: &str) -> Resolved {
     Resolved::Owner(fresh_owner(chain.label.as_deref()))
 }
 
+/// `words` as one id of 16 lowercase hex digits each (owner and grant ids), written without the
+/// formatting machinery: ids are made on every lock call.
+pub(crate) fn hex_id(words: &[u64]) -> Arc<str> {
+    let mut id = String::with_capacity(16 * words.len());
+    for word in words {
+        for shift in (0..16).rev() {
+            id.push(char::from(
+                b"0123456789abcdef"[((word >> (4 * shift)) & 0xf) as usize],
+            ));
+        }
+    }
+    Arc::from(id)
+}
+
 /// A new owner for a new hold: `<label>#<n>` when the chain has a label, else a fresh one.
 fn fresh_owner(label: Option<&str>) -> OwnerId {
     static NEXT: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(1);
@@ -555,6 +563,16 @@ pub(crate) fn process_instance() -> &'static str {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn hex_ids_are_16_digits_per_word() {
+        assert_eq!(&*hex_id(&[0xab]), "00000000000000ab");
+        assert_eq!(
+            &*hex_id(&[u64::MAX, 0x0123_4567_89ab_cdef]),
+            "ffffffffffffffff0123456789abcdef"
+        );
+        assert_eq!(&*hex_id(&[]), "");
+    }
 
     #[test]
     fn fresh_owners_are_distinct_and_look_like_new_ones() {

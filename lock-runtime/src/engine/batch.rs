@@ -193,7 +193,7 @@ impl Engine {
                         Some(r) if kind.shared => call
                             .arg(&*r.owner)
                             .arg(&*r.grant)
-                            .arg(format!("{} {} {}", r.lease_ms, r.held, r.extra)),
+                            .arg_fmt(format_args!("{} {} {}", r.lease_ms, r.held, r.extra)),
                         Some(r) => call.arg(&*r.owner).arg(&*r.grant).arg(r.lease_ms),
                         None => call.arg("").arg("").arg(keep),
                     }

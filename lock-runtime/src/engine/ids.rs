@@ -18,11 +18,5 @@ pub(crate) type GrantId = Arc<str>;
 /// A new grant id, unique in this process (and, with its random start, across restarts).
 pub(crate) fn new_grant_id() -> GrantId {
     static NEXT: LazyLock<AtomicU64> = LazyLock::new(|| AtomicU64::new(rand::random()));
-    let n = NEXT.fetch_add(1, Ordering::Relaxed);
-    let mut hex = [0u8; 16];
-    for (i, digit) in hex.iter_mut().enumerate() {
-        *digit = b"0123456789abcdef"[((n >> (60 - 4 * i)) & 0xf) as usize];
-    }
-    // (hex digits are ASCII)
-    std::str::from_utf8(&hex).map_or_else(|_| format!("{n:016x}").into(), Arc::from)
+    crate::owner::hex_id(&[NEXT.fetch_add(1, Ordering::Relaxed)])
 }

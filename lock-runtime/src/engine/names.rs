@@ -200,23 +200,7 @@ static FENCE_TAGS: LazyLock<Box<[u32]>> = LazyLock::new(|| {
 /// whatever the number of lock keys; counters never expire. No lock key has this form (a lock
 /// key has `{` or a kind's namespace right after the prefix, never `fence:`).
 fn fence_counter(prefix: &str, slot: u16) -> String {
-    let mut digits = [0u8; 10];
-    let mut at = digits.len();
-    let mut tag = FENCE_TAGS[usize::from(slot)];
-    loop {
-        at -= 1;
-        digits[at] = b'0' + (tag % 10) as u8;
-        tag /= 10;
-        if tag == 0 {
-            break;
-        }
-    }
-    let mut name = String::with_capacity(prefix.len() + 18);
-    name.push_str(prefix);
-    name.push_str("fence:{");
-    name.extend(digits[at..].iter().map(|&d| char::from(d)));
-    name.push('}');
-    name
+    format!("{prefix}fence:{{{}}}", FENCE_TAGS[usize::from(slot)])
 }
 
 /// Undoes `KeyNames`' escaping of `%`, `{` and `}` (left to right, so `%257B` is `%7B`).

@@ -224,6 +224,12 @@ impl<'a> ScriptCall<'a> {
         self.cmd.arg(arg);
         self
     }
+
+    /// An argument written as `arg` displays, straight into the call (no `String` first).
+    pub(crate) fn arg_fmt(&mut self, arg: std::fmt::Arguments<'_>) -> &mut Self {
+        self.cmd.write_arg_fmt(arg);
+        self
+    }
 }
 
 #[cfg(test)]
