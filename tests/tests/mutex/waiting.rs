@@ -199,6 +199,8 @@ async fn a_release_wakes_a_waiter_that_waits_longer_than_its_watchdog_timeout() 
     guard.release().await.unwrap();
 }
 
+/// Service A holds the lock past its slice while A and B line up waiters alternately; from
+/// then on each release gives the next turn to the other service.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn services_take_turns_instead_of_one_keeping_the_lock() {
     let fx = Fixture::single().await;
@@ -207,6 +209,7 @@ async fn services_take_turns_instead_of_one_keeping_the_lock() {
     let key = unique_key("turns");
     let order = Arc::new(Mutex::new(Vec::new()));
     let first = a.lock(&key).await.unwrap();
+    let first_granted = tokio::time::Instant::now();
     let mut tasks = Vec::new();
     for i in 0..3 {
         for (name, service) in [("a", &a), ("b", &b)] {
@@ -226,6 +229,9 @@ async fn services_take_turns_instead_of_one_keeping_the_lock() {
         || async { a.inspect(&key).await.unwrap().waiting_services >= 1 },
     )
     .await;
+    // within its slice A would pass the lock to its own next waiter (what the next test is
+    // about): the first release comes after the slice, however fast the lining up was
+    tokio::time::sleep_until(first_granted + SECTION_PAST_SLICE).await;
     first.release().await.unwrap();
     for t in tasks {
         t.await.unwrap();
