@@ -28,7 +28,8 @@ pub(crate) struct Kind {
     pub(crate) busy: &'static str,
     /// Lua source run first in the kind's operations script, after the clock (`clock.lua`)
     /// and before anything else is defined: the kind's most common operations done at once
-    /// (the mutex's `fast.lua`), or "".
+    /// (the mutex's `fast.lua`), or "". It defines `fast_op(keys, k, argv, a)`, which
+    /// `ops.lua` runs first for each operation (`nil`: go on to `acquire` / `release`).
     pub(crate) lua_first: &'static str,
     /// Lua source defining the kind's `acquire` and `release` functions (after the shared
     /// prelude, before `ops.lua`).

@@ -1,11 +1,14 @@
--- The server clock and the lease check every script that sets a lease shares: the lock
--- operations (ops.lua, after prelude.lua) and the kinds' renewals (renew.lua). scripts/mod.rs
--- puts this first and replaces $MAX_LEASE with its literal.
+-- The server clock, the lease check and the fencing tokens the scripts that set a lease share:
+-- the lock operations (ops.lua, after prelude.lua) and the kinds' renewals (renew.lua).
+-- scripts/mod.rs puts this first and replaces $MAX_LEASE with its literal; in the Function form
+-- (one definition for every call) it resets `time` and `drawn_key` per call.
 
 -- The server clock (TIME's reply: seconds, microseconds), read once per run: grants of one run
 -- may share a reading, the counter keeps their tokens apart. (Read where it is needed rather
 -- than through a helper: every function defined here is built again on every call.)
 local time = nil
+-- The fence counter this call drew its last token from, and that token (decimal text).
+local drawn_key, drawn_token = nil, nil
 
 local function now_ms()
   if not time then
@@ -24,3 +27,32 @@ local function checked_lease(lease)
   return ms
 end
 
+
+-- The next fencing token of the lock whose counter is `fence_key`, as decimal text, stored as
+-- the last token issued (see prelude.lua for the counters). In the common case the clock is
+-- ahead of the last token, and one SET ... GET reads the last token and writes the new one; only
+-- a counter ahead of the clock is written a second time. A call whose last draw was from this
+-- counter (operations of one slot sharing a call, which share a clock reading too) goes on from
+-- it: one SET, no read. Tokens are compared as decimal text without sign or leading zeros (the
+-- longer is larger; digits collate in order in every locale), which costs less than converting
+-- them to numbers (a string-to-float parse); they stay below 2^53, exact as Lua numbers and
+-- written with '%d' (no float formatting).
+local function next_token(fence_key)
+  local token
+  if fence_key == drawn_key then
+    token = string.format('%d', tonumber(drawn_token) + 1)
+    redis.call('set', fence_key, token)
+  else
+    if not time then
+      time = redis.call('time')
+    end
+    token = time[1] .. string.sub('00000' .. time[2], -6)
+    local last = redis.call('set', fence_key, token, 'get')
+    if last and (#last > #token or (#last == #token and last >= token)) then
+      token = string.format('%d', tonumber(last) + 1)
+      redis.call('set', fence_key, token)
+    end
+  end
+  drawn_key, drawn_token = fence_key, token
+  return token
+end

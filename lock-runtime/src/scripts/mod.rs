@@ -86,6 +86,15 @@ pub(crate) fn ops(
             "$FOURTH_K",
             if four_keys { "KEYS[k + 3]" } else { "nil" }.to_owned(),
         ),
+        (
+            "$FAST_OP",
+            if kind_first.is_empty() {
+                "nil"
+            } else {
+                "fast_op"
+            }
+            .to_owned(),
+        ),
     ];
     let with_literals = |mut text: String| {
         for (name, literal) in &literals {
@@ -116,7 +125,7 @@ pub(crate) fn ops(
     let library = with_literals(format!(
         "#!lua name={name}\n{clock}{first_declared}\n{prelude}{kind}\
          redis.register_function('{name}', function(KEYS, ARGV)\n\
-         time = nil\n{first_per_call}{per_call}\nend)\n"
+         time, drawn_key = nil, nil\n{first_per_call}{per_call}\nend)\n"
     ));
     Ops {
         script,
@@ -276,8 +285,8 @@ mod tests {
             .expect("the function is registered");
         // the fast path's state is declared before the functions that read it, reset per call
         let state = declared.find("local read_first = nil").unwrap();
-        assert!(state < declared.find("local function next_token").unwrap());
-        assert!(per_call.starts_with("time = nil\nread_first = nil\n"));
+        assert!(state < declared.find("local function release").unwrap());
+        assert!(per_call.starts_with("time, drawn_key = nil, nil\nread_first = nil\n"));
         // a library that reads KEYS or ARGV when it is loaded fails to load
         let code = declared
             .lines()
@@ -286,7 +295,7 @@ mod tests {
             code.clone()
                 .all(|l| !l.contains("ARGV") && !l.contains("KEYS"))
         );
-        assert!(per_call.contains("service, sent, drawn = ARGV[1], ARGV[2], nil"));
+        assert!(per_call.contains("service, sent = ARGV[1], ARGV[2]"));
         assert!(per_call.ends_with("return replies\n\nend)\n"));
     }
 }

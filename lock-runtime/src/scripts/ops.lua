@@ -1,6 +1,7 @@
 -- Runs lock operations of one kind in order, each as if it were a script call of its own: the
 -- acquires and releases of one service that fall due while another call is on its way share one
--- call. The kind's `acquire` and `release` functions come before this (see engine/kind.rs).
+-- call. The kind's `acquire` and `release` functions come before this (see engine/kind.rs), and
+-- its `fast_op` for its common cases when it has one ($FAST_OP; nil when it has none).
 -- KEYS: $KEYS per operation: the lock, its fence counter, its waiting-services zset and, for a
 -- kind that uses one, a fourth key of its own (a read-write lock's turn marker, a mutex's
 -- waiting heads) - all in the lock's hash tag, so in one cluster slot
@@ -23,12 +24,13 @@
 -- might be granted now, so the waiter behind may try: permits left free, a reader kept out
 -- only by writers waiting); its release replies 0, 0, 0 (not held under this grant id) | 1, n,
 -- 0 (still held by other grants of the owner) | 2, yielded, 0 (freed; 1: the next turn went to
--- another service) | 3, token, 0 (handed to the next owner).
+-- another service) | 3, token, 0 (handed to the next owner). A token is an integer or its
+-- decimal text.
 -- Reply: three elements per operation, in order: the values its function returned, or -1,
 -- error message, 0 when it failed (a failed operation does not stop the others, and fails
 -- before it writes anything). One flat array: a table per operation would cost Redis more than
 -- the operation.
-service, sent, drawn = ARGV[1], ARGV[2], nil
+service, sent = ARGV[1], ARGV[2]
 if #KEYS == $KEYS then
   -- a lone caller's operation, the common case when there is no load: a failure fails the call,
   -- which is its failure alone, so it goes without the loop and pcall
@@ -43,9 +45,15 @@ local replies = {}
 local stopped = false
 for i = 1, #KEYS / $KEYS do
   local k, a, n = i * $KEYS - ($KEYS - 1), i * 6 - 3, i * 3
-  local ok, code, x, y
+  local ok, code, x, y = true, nil, nil, nil
   if stopped then
-    ok, code, x, y = true, -2, 'not run', 0
+    code, x, y = -2, 'not run', 0
+  elseif $FAST_OP then
+    -- the kind's common cases first (nil: not one of them)
+    ok, code, x, y = pcall($FAST_OP, KEYS, k, ARGV, a)
+  end
+  if not ok or code ~= nil then
+    -- done (or failed) above
   elseif ARGV[a] ~= 'r' and ARGV[a] ~= 'k' then
     ok, code, x, y = pcall(acquire, KEYS[k], KEYS[k + 1], KEYS[k + 2], $FOURTH_K,
       ARGV[a + 1], ARGV[a + 2], ARGV[a + 3], ARGV[a + 4], ARGV[a + 5], ARGV[a] == 'f')

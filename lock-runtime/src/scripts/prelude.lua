@@ -8,8 +8,8 @@
 --   publishes a wake-up ('publish', or 'spublish' in cluster mode); $YIELD_HORIZON, how long in ms a
 --   service stays registered as waiting when its release yields the lock to another service;
 --   $MAX_LEASE, the longest lease in ms a call may ask for; in ops.lua, $KEYS, the keys per
---   operation (3, or 4 for a kind with a fourth key of its own), and $FOURTH_1 / $FOURTH_K, that key
---   (or nil).
+--   operation (3, or 4 for a kind with a fourth key of its own), $FOURTH_1 / $FOURTH_K, that key
+--   (or nil), and $FAST_OP, the kind's function for its common cases (or nil).
 --
 -- Every grant carries the id of the attempt that made it (16 hex digits chosen by the client),
 -- stored with the owner it was granted to (its generations: one per process holding it;
@@ -26,39 +26,8 @@
 -- the clock keeps them increasing when the counter is lost (a failover that drops the last
 -- writes, a flush). Tokens stay below 2^53.
 
--- The calling service and when it sent the call (ARGV[1] and ARGV[2]), and the tokens this call
--- drew so far by fence counter (a number each, or nil: none yet): all set per call by ops.lua.
-local service, sent, drawn
-
--- The next fencing token of the lock whose counter is `fence_key`, as decimal text, stored as
--- the last token issued. In the common case the clock is ahead of the last token, and one
--- SET ... GET reads the last token and writes the new one; only a counter ahead of the clock is
--- written a second time. A call that already drew a token from this counter (operations of one
--- slot sharing a call, which share a clock reading too) goes on from it: one SET, no read.
--- Tokens are compared as decimal text without sign or leading zeros (the longer is larger;
--- digits collate in order in every locale), which costs less than converting them to numbers;
--- they stay below 2^53, exact as Lua numbers and written with '%d' (no float formatting).
-local function next_token(fence_key)
-  local before = drawn and drawn[fence_key]
-  if before then
-    local token = string.format('%d', before + 1)
-    redis.call('set', fence_key, token)
-    drawn[fence_key] = before + 1
-    return token
-  end
-  if not time then
-    time = redis.call('time')
-  end
-  local token = time[1] .. string.sub('00000' .. time[2], -6)
-  local last = redis.call('set', fence_key, token, 'get')
-  if last and (#last > #token or (#last == #token and last >= token)) then
-    token = string.format('%d', tonumber(last) + 1)
-    redis.call('set', fence_key, token)
-  end
-  drawn = drawn or {}
-  drawn[fence_key] = tonumber(token)
-  return token
-end
+-- The calling service and when it sent the call (ARGV[1] and ARGV[2]): set per call by ops.lua.
+local service, sent
 
 -- Registers this service as having waiters for the lock until now + horizon_ms (a number).
 -- The next turn goes to the lowest score, so a registration only ever moves a service back

@@ -8,7 +8,8 @@
 -- holds it under this grant id (a confirmed re-entry, or this very attempt run before), or, for
 -- an owner that is the same in every process ('mesh:' fields), a grant of another process that
 -- this one now shares | 0, ms, 0: held by another owner or generation (or it is another
--- service's turn) for about ms. Tokens are integers.
+-- service's turn) for about ms. Tokens are decimal text or integers (the client reads both;
+-- converting text to a number costs Redis a string-to-float parse).
 local function acquire(lock, fence_key, queue, heads, owner, grant_id, lease, horizon, _, fresh)
   local lease_ms = checked_lease(lease)
   if fresh and horizon ~= '-1' then
@@ -19,7 +20,7 @@ local function acquire(lock, fence_key, queue, heads, owner, grant_id, lease, ho
     -- lock that is taken costs the token drawn for it (tokens only need to increase).
     local token = next_token(fence_key)
     if redis.call('set', lock, held('H', token, grant_id, owner), 'nx', 'px', lease_ms) then
-      return 1, tonumber(token), 0
+      return 1, token, 0
     end
   end
   local v = redis.call('get', lock)
@@ -41,7 +42,7 @@ local function acquire(lock, fence_key, queue, heads, owner, grant_id, lease, ho
       end
     end
     redis.call('set', lock, held(state, token, grant_id, owner), 'px', lease_ms)
-    return 1, tonumber(token), 0
+    return 1, token, 0
   end
 
   local state, token, ids, holder = parts(v)
@@ -82,7 +83,7 @@ local function acquire(lock, fence_key, queue, heads, owner, grant_id, lease, ho
       redis.call('del', heads)
     end
     redis.call('set', lock, held(next_state, token, grant_id, owner), 'px', lease_ms)
-    return 1, tonumber(token), 0
+    return 1, token, 0
   end
 
   if horizon ~= '0' then

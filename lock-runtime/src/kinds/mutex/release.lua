@@ -15,7 +15,7 @@
 -- with the lock goes on (ops.lua's 'k'), so the next owner gets it even when others wait
 -- Returns three values: 0, 0, 0: not held under this grant id (so running a release twice
 -- changes nothing the second time) | 1, remaining grants, 0 | 2, 0, 0: freed | 2, 1, 0: freed,
--- the turn went to another service | 3, token, 0: handed to the next owner (an integer)
+-- the turn went to another service | 3, token, 0: handed to the next owner (decimal text)
 local function release(lock, fence_key, queue, heads, owner, grant_id, next_owner, next_id,
                        next_lease, in_turn)
   local next_ms, keep_ms = 0, 0
@@ -72,7 +72,7 @@ local function release(lock, fence_key, queue, heads, owner, grant_id, next_owne
     -- the releasing service's turn goes on: its next waiter, the others still waiting
     local handed = next_token(fence_key)
     redis.call('set', lock, held('W', handed, next_id, next_owner), 'px', next_ms)
-    return 3, tonumber(handed), 0
+    return 3, handed, 0
   end
   if state == 'W' then
     local now = now_ms()
@@ -98,7 +98,7 @@ local function release(lock, fence_key, queue, heads, owner, grant_id, next_owne
     if next_owner ~= '' then
       local handed = next_token(fence_key)
       redis.call('set', lock, held('H', handed, next_id, next_owner), 'px', next_ms)
-      return 3, tonumber(handed), 0
+      return 3, handed, 0
     end
     redis.call('del', lock)
     if state == 'W' then
