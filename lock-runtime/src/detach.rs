@@ -9,32 +9,42 @@ use std::future::Future;
 use std::pin::Pin;
 use std::task::{Context, Poll};
 
-type Orphan<T> = Box<dyn FnOnce(T) + Send>;
+/// A call on its way: boxed, so that it can move to a task when its caller goes away.
+type Call<T> = Pin<Box<dyn Future<Output = T> + Send>>;
 
-pub(crate) struct Detachable<T: Send + 'static> {
-    call: Option<Pin<Box<dyn Future<Output = T> + Send>>>,
-    orphan: Option<Orphan<T>>,
+/// A call whose output goes to `O` if its caller stops waiting after it started.
+pub(crate) struct Detachable<T: Send + 'static, O: FnOnce(T) + Send + 'static = fn(T)> {
+    call: Option<Call<T>>,
+    orphan: Option<O>,
     runtime: tokio::runtime::Handle,
     /// A call never polled has not sent anything: dropping it is enough.
     started: bool,
 }
 
-impl<T: Send + 'static> Detachable<T> {
+impl<T: Send + 'static, O: FnOnce(T) + Send + 'static> Detachable<T, O> {
     pub(crate) fn new(
         runtime: &tokio::runtime::Handle,
         call: impl Future<Output = T> + Send + 'static,
-        orphan: impl FnOnce(T) + Send + 'static,
+        orphan: O,
     ) -> Self {
+        Self::boxed(runtime, Box::pin(call), orphan)
+    }
+
+    /// Like [`new`](Self::new), for a call that is boxed already.
+    pub(crate) fn boxed(runtime: &tokio::runtime::Handle, call: Call<T>, orphan: O) -> Self {
         Detachable {
-            call: Some(Box::pin(call)),
-            orphan: Some(Box::new(orphan)),
+            call: Some(call),
+            orphan: Some(orphan),
             runtime: runtime.clone(),
             started: false,
         }
     }
 }
 
-impl<T: Send + 'static> Future for Detachable<T> {
+// Nothing in it is pinned in place: the call is boxed, the orphan handler is only moved.
+impl<T: Send + 'static, O: FnOnce(T) + Send + 'static> Unpin for Detachable<T, O> {}
+
+impl<T: Send + 'static, O: FnOnce(T) + Send + 'static> Future for Detachable<T, O> {
     type Output = T;
 
     fn poll(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<T> {
@@ -50,7 +60,7 @@ impl<T: Send + 'static> Future for Detachable<T> {
     }
 }
 
-impl<T: Send + 'static> Drop for Detachable<T> {
+impl<T: Send + 'static, O: FnOnce(T) + Send + 'static> Drop for Detachable<T, O> {
     fn drop(&mut self) {
         if !self.started {
             return;

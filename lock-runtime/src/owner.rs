@@ -440,18 +440,18 @@ pub(crate) fn resolve(service: usize, lock: &str) -> Resolved {
     Resolved::Owner(fresh_owner(chain.label.as_deref()))
 }
 
-/// `words` as one id of 16 lowercase hex digits each (owner and grant ids), written without the
-/// formatting machinery: ids are made on every lock call.
+/// `words` (two at most) as one id of 16 lowercase hex digits each (owner and grant ids),
+/// written without the formatting machinery into the id's one allocation: ids are made on every
+/// lock call.
 pub(crate) fn hex_id(words: &[u64]) -> Arc<str> {
-    let mut id = String::with_capacity(16 * words.len());
-    for word in words {
-        for shift in (0..16).rev() {
-            id.push(char::from(
-                b"0123456789abcdef"[((word >> (4 * shift)) & 0xf) as usize],
-            ));
+    let mut digits = [0u8; 32];
+    let len = 16 * words.len();
+    for (word, out) in words.iter().zip(digits[..len].chunks_exact_mut(16)) {
+        for (i, digit) in out.iter_mut().enumerate() {
+            *digit = b"0123456789abcdef"[((word >> (4 * (15 - i))) & 0xf) as usize];
         }
     }
-    Arc::from(id)
+    Arc::from(std::str::from_utf8(&digits[..len]).expect("hex digits are ASCII"))
 }
 
 /// A new owner for a new hold: `<label>#<n>` when the chain has a label, else a fresh one.

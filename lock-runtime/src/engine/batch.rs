@@ -107,6 +107,10 @@ impl Engine {
     /// one: once one of them is refused or fails, the calls after it are not sent and their
     /// operations reply "not run".
     pub(crate) async fn send_ops(&self, ops: &[Op]) -> Vec<OpReply> {
+        if ops.len() <= MAX_OPS {
+            // one call: its replies as they are
+            return self.send_chunk(ops).await;
+        }
         let mut replies = Vec::with_capacity(ops.len());
         let mut stopped = false;
         for chunk in ops.chunks(MAX_OPS) {

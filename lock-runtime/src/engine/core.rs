@@ -99,13 +99,17 @@ impl Engine {
             true => "mesh",
             false => self.field_prefix.as_str(),
         };
-        // built at its final size: one buffer, then the shared copy
+        // joined on the stack when it fits (the shared copy is then its one allocation)
         let id = owner.as_str();
-        let mut field = String::with_capacity(prefix.len() + 1 + id.len());
-        field.push_str(prefix);
-        field.push(':');
-        field.push_str(id);
-        Arc::from(field)
+        let len = prefix.len() + 1 + id.len();
+        let mut joined = [0u8; 160];
+        if let Some(out) = joined.get_mut(..len) {
+            out[..prefix.len()].copy_from_slice(prefix.as_bytes());
+            out[prefix.len()] = b':';
+            out[prefix.len() + 1..].copy_from_slice(id.as_bytes());
+            return Arc::from(std::str::from_utf8(out).expect("joined from two strs and ':'"));
+        }
+        Arc::from([prefix, ":", id].concat())
     }
 
     /// Identifies the service among the lock domains of a call chain (see `crate::owner`).

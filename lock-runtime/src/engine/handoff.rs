@@ -8,8 +8,8 @@
 use std::sync::Arc;
 use std::time::Instant;
 
-use super::ids::{GrantId, KeyMap, LockKey, OwnerField};
-use super::local::{KeyState, Local, TURN_SLICE, WaiterState, look_again};
+use super::ids::{GrantId, LockKey, OwnerField};
+use super::local::{KeyState, Keys, Local, TURN_SLICE, WaiterState, look_again};
 use crate::vocab::LossReason;
 
 /// A waiter reserved by a release for a hand-off.
@@ -95,7 +95,7 @@ impl Local {
                     hold.cell.report_lost(LossReason::LeaseRanOut);
                     hold.cell.lost.cancel();
                     if state.is_idle() {
-                        keys.remove(key);
+                        keys.retire(key);
                     }
                     return ReleasePlan::NotHeld;
                 }
@@ -111,7 +111,7 @@ impl Local {
             }
             (None, Some(_)) => {
                 if state.is_idle() {
-                    keys.remove(key);
+                    keys.retire(key);
                 }
                 return ReleasePlan::NotHeld;
             }
@@ -154,7 +154,7 @@ impl Local {
             _ => None,
         };
         if state.is_idle() {
-            keys.remove(key);
+            keys.retire(key);
         }
         ReleasePlan::Redis(reservation)
     }
@@ -171,13 +171,13 @@ impl Local {
         let mut keys = self.lock();
         let orphan = Self::end_release_in(&mut keys, key, grant, reservation, end);
         if keys.get(key).is_some_and(KeyState::is_idle) {
-            keys.remove(key);
+            keys.retire(key);
         }
         orphan
     }
 
     fn end_release_in(
-        keys: &mut KeyMap<KeyState>,
+        keys: &mut Keys,
         key: &LockKey,
         grant: &str,
         reservation: Option<Reservation>,

@@ -60,7 +60,7 @@ impl Local {
         let id = self.next_waiter.fetch_add(1, Ordering::Relaxed);
         let wake = Arc::new(Notify::new());
         let mut keys = self.lock();
-        let state = keys.entry(key.clone()).or_default();
+        let state = keys.state(key);
         // No wake-up permit for a new head: it attempts before it first waits anyway, and a
         // stored permit would only make it attempt once more for nothing.
         state.waiters.push_back(Waiter {
@@ -236,7 +236,7 @@ impl Local {
         sent: Instant,
     ) -> (Arc<HoldCell>, bool) {
         let mut keys = self.lock();
-        let state = keys.entry(key.clone()).or_default();
+        let state = keys.state(key);
         let cell = Self::granted_hold(state, id, sent);
         let registered = state.waiters.is_empty() && std::mem::take(&mut state.refused);
         (cell, registered)
@@ -303,7 +303,7 @@ impl Local {
             state.refused = false;
         }
         if state.is_idle() {
-            keys.remove(key);
+            keys.retire(key);
         }
         (orphan, line_empty)
     }

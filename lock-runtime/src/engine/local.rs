@@ -26,7 +26,7 @@ use crate::vocab::LossReason;
 
 #[derive(Default)]
 pub(crate) struct Local {
-    keys: Mutex<KeyMap<KeyState>>,
+    keys: Mutex<Keys>,
     pub(super) next_waiter: AtomicU64,
 }
 
@@ -145,7 +145,7 @@ pub(crate) struct Renewal {
 }
 
 impl Local {
-    pub(super) fn lock(&self) -> MutexGuard<'_, KeyMap<KeyState>> {
+    pub(super) fn lock(&self) -> MutexGuard<'_, Keys> {
         // A panic while holding this mutex cannot leave the maps inconsistent in a way that
         // matters more than refusing all further lock operations would.
         self.keys
@@ -187,7 +187,7 @@ impl Local {
         lease_ms: u64,
     ) -> Arc<HoldCell> {
         let mut keys = self.lock();
-        let state = keys.entry(key.clone()).or_default();
+        let state = keys.state(key);
         add_hold(
             &mut state.holds,
             kind,
@@ -298,7 +298,7 @@ impl Local {
         }
         look_again(state);
         if state.is_idle() {
-            keys.remove(key);
+            keys.retire(key);
         }
     }
 
@@ -312,7 +312,7 @@ impl Local {
             }
             look_again(state);
             if state.is_idle() {
-                keys.remove(key);
+                keys.retire(key);
             }
         }
     }
@@ -408,6 +408,63 @@ impl KeyState {
     pub(super) fn is_idle(&self) -> bool {
         self.holds.is_empty() && self.waiters.is_empty() && self.releasing.is_empty()
     }
+
+    /// A state like a new one that keeps the room its lists had.
+    fn emptied(mut self) -> KeyState {
+        self.holds.clear();
+        self.waiters.clear();
+        self.releasing.clear();
+        KeyState {
+            holds: self.holds,
+            waiters: self.waiters,
+            releasing: self.releasing,
+            ..KeyState::default()
+        }
+    }
+}
+
+/// How many emptied key states [`Keys`] keeps for reuse.
+const SPARE_STATES: usize = 64;
+
+/// The states by lock key, and a few emptied ones kept for reuse: a key that goes idle after
+/// each hold (the common case) would otherwise allocate its line and lists again on its next
+/// lock call.
+#[derive(Default)]
+pub(super) struct Keys {
+    map: KeyMap<KeyState>,
+    spare: Vec<KeyState>,
+}
+
+impl Keys {
+    /// The state of `key`, made (or reused) when it has none.
+    pub(super) fn state(&mut self, key: &LockKey) -> &mut KeyState {
+        let Keys { map, spare } = self;
+        map.entry(key.clone())
+            .or_insert_with(|| spare.pop().unwrap_or_default())
+    }
+
+    /// Forgets the state of `key` (an idle one), keeping it for reuse.
+    pub(super) fn retire(&mut self, key: &str) {
+        if let Some(state) = self.map.remove(key)
+            && self.spare.len() < SPARE_STATES
+        {
+            self.spare.push(state.emptied());
+        }
+    }
+}
+
+impl std::ops::Deref for Keys {
+    type Target = KeyMap<KeyState>;
+
+    fn deref(&self) -> &Self::Target {
+        &self.map
+    }
+}
+
+impl std::ops::DerefMut for Keys {
+    fn deref_mut(&mut self) -> &mut Self::Target {
+        &mut self.map
+    }
 }
 
 /// Something may have freed a grant of the key (a release of this service that handed
@@ -494,7 +551,7 @@ mod tests {
     fn hold(local: &Local, k: &LockKey, owner: &OwnerField, watched: bool) -> GrantId {
         let grant = new_grant_id();
         let mut keys = local.lock();
-        let state = keys.entry(k.clone()).or_default();
+        let state = keys.state(k);
         add_hold(
             &mut state.holds,
             &TEST_KIND,
@@ -644,13 +701,31 @@ mod tests {
     }
 
     #[test]
+    fn a_retired_key_state_comes_back_as_new() {
+        let mut keys = Keys::default();
+        let (k, other) = (key(), LockKey::from("lock:{other}"));
+        let state = keys.state(&k);
+        state.refused = true;
+        state.turn_since = Some(Instant::now());
+        state.releasing.push(new_grant_id());
+        state.releasing.clear();
+        keys.retire(&k);
+        assert!(keys.get(&k).is_none());
+        assert_eq!(keys.spare.len(), 1);
+        let reused = keys.state(&other);
+        assert!(!reused.refused && reused.turn_since.is_none() && reused.is_idle());
+        assert!(reused.releasing.capacity() > 0, "its room was kept");
+        assert!(keys.spare.is_empty());
+    }
+
+    #[test]
     fn a_hold_past_its_deadline_is_not_re_entered() {
         let local = Local::default();
         let (k, a) = (key(), OwnerField::from("i:a"));
         let grant = new_grant_id();
         {
             let mut keys = local.lock();
-            let state = keys.entry(k.clone()).or_default();
+            let state = keys.state(&k);
             let sent = Instant::now() - Duration::from_millis(500);
             add_hold(&mut state.holds, &TEST_KIND, &a, &grant, false, sent, 300);
         }

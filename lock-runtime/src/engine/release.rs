@@ -48,7 +48,7 @@ impl Engine {
         watched: bool,
         keep_until: Option<Instant>,
     ) -> Detachable<Result<Released, LockError>> {
-        Detachable::new(
+        Detachable::boxed(
             &self.runtime,
             self.release_call(target, field, grant, Some(watched), true, keep_until),
             drop,
