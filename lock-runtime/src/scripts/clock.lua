@@ -1,20 +1,26 @@
 -- The server clock, the lease check and the fencing tokens the scripts that set a lease share:
 -- the lock operations (ops.lua, after prelude.lua) and the kinds' renewals (renew.lua).
 -- scripts/mod.rs puts this first and replaces $MAX_LEASE with its literal; in the Function form
--- (one definition for every call) it resets `time` and `drawn_key` per call.
+-- (one definition for every call) it resets `time`, `clock_ms` and `drawn_key` per call.
 
 -- The server clock (TIME's reply: seconds, microseconds), read once per run: grants of one run
 -- may share a reading, the counter keeps their tokens apart. (Read where it is needed rather
 -- than through a helper: every function defined here is built again on every call.)
 local time = nil
+-- That reading in ms, once a call asked for it (converting it costs two string-to-number
+-- parses).
+local clock_ms = nil
 -- The fence counter this call drew its last token from, and that token (decimal text).
 local drawn_key, drawn_token = nil, nil
 
 local function now_ms()
-  if not time then
-    time = redis.call('time')
+  if not clock_ms then
+    if not time then
+      time = redis.call('time')
+    end
+    clock_ms = tonumber(time[1]) * 1000 + math.floor(tonumber(time[2]) / 1000)
   end
-  return tonumber(time[1]) * 1000 + math.floor(tonumber(time[2]) / 1000)
+  return clock_ms
 end
 
 -- A lease in ms as sent by the client, checked before anything is written (Lua does not roll

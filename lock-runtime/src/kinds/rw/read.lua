@@ -15,7 +15,7 @@ local function acquire(lock, fence_key, queue, writers, owner, grant_id, lease, 
     if horizon == '-1' then
       local exp = now_ms() + lease_ms
       if exp > (tonumber(old) or 0) then
-        redis.call('hset', lock, field, exp .. ' ' .. token .. ' ' .. owner)
+        redis.call('hset', lock, field, string.format('%d %s %s', exp, token, owner))
         rw_expire(lock, math.max(exp, latest))
       end
     end
@@ -49,7 +49,7 @@ local function acquire(lock, fence_key, queue, writers, owner, grant_id, lease, 
     token = next_token(fence_key)
   end
   local exp = now_ms() + lease_ms
-  redis.call('hset', lock, field, exp .. ' ' .. token .. ' ' .. owner)
+  redis.call('hset', lock, field, string.format('%d %s %s', exp, token, owner))
   rw_expire(lock, math.max(exp, latest))
   return 1, token, 0
 end

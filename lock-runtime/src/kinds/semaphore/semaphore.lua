@@ -43,6 +43,12 @@ local function sem_state(lock, field)
   return used, earliest, latest, found
 end
 
+-- A grant's field value (see above); the numbers written as integers ('%d': concatenating a
+-- number would format it as a float).
+local function grant_value(exp, permits, token, owner)
+  return string.format('%d %d @%s %s', exp, permits, token, owner)
+end
+
 -- acquire: hash, fence counter, services waiting, unused; owner field; grant id; lease in ms;
 -- waiter horizon in ms ('0': do not register); extra: '<permits wanted> <permits in all>'
 -- Replies as ops.lua documents; a refusal's third value is how many permits are free.
@@ -65,7 +71,7 @@ local function acquire(lock, fence_key, queue, _, owner, grant_id, lease, horizo
   if used + want <= total then
     local token = next_token(fence_key)
     local exp = now_ms() + lease_ms
-    redis.call('hset', lock, field, exp .. ' ' .. want .. ' @' .. token .. ' ' .. owner, ':n', total)
+    redis.call('hset', lock, field, grant_value(exp, want, token, owner), ':n', total)
     redis.call('pexpire', lock, math.max(exp, latest) - now_ms())
     return 1, token, 0
   end
@@ -130,13 +136,12 @@ local function release(lock, fence_key, queue, _, _, grant_id, next_owner, next_
     if used + want <= total and not made and may_keep(queue, held, total) then
       local token = next_token(fence_key)
       local exp = now_ms() + lease
-      redis.call('hset', lock, field, exp .. ' ' .. want .. ' @' .. token .. ' ' .. next_owner,
-        ':n', total)
+      redis.call('hset', lock, field, grant_value(exp, want, token, next_owner), ':n', total)
       redis.call('pexpire', lock, math.max(exp, latest) - now_ms())
       if used + want < total and redis.call('exists', queue) == 1 then
         redis.call($PUBLISH, lock .. $CHANNEL_SUFFIX, '0')
       end
-      return 3, tonumber(token), 0
+      return 3, token, 0
     end
   end
   -- ':n' and no grant left
