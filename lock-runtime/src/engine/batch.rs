@@ -156,6 +156,8 @@ impl Engine {
             Some(us) => call.arg(us),
             None => call.arg(""),
         };
+        // per operation (see ops.lua): its code, 'grant|owner', two more, and the kind's extra
+        // for a kind that has one (a release sends '' there)
         for op in ops {
             match op {
                 Op::Acquire {
@@ -164,17 +166,19 @@ impl Engine {
                     grant,
                     lease_ms,
                     ask,
-                } => call
-                    .arg(match ask {
+                } => {
+                    call.arg(match ask {
                         Ask::Chained => "A",
                         Ask::Grant { fresh: true, .. } => "f",
                         _ => "a",
                     })
-                    .arg(&**owner)
-                    .arg(&**grant)
+                    .arg_fmt(format_args!("{grant}|{owner}"))
                     .arg(lease_ms)
-                    .arg(ask.horizon_arg())
-                    .arg(&*target.extra),
+                    .arg(ask.horizon_arg());
+                    if kind.extra_arg {
+                        call.arg(&*target.extra);
+                    }
+                }
                 Op::Release {
                     owner,
                     grant,
@@ -190,16 +194,19 @@ impl Engine {
                         u64::try_from(left.as_millis()).unwrap_or(u64::MAX)
                     });
                     call.arg(if *in_turn { "k" } else { "r" })
-                        .arg(&**owner)
-                        .arg(&**grant);
+                        .arg_fmt(format_args!("{grant}|{owner}"));
                     match next {
                         // grants that coexist: the release decides whether they fit
                         Some(r) if kind.shared => call
-                            .arg(&*r.owner)
-                            .arg(&*r.grant)
+                            .arg_fmt(format_args!("{}|{}", r.grant, r.owner))
                             .arg_fmt(format_args!("{} {} {}", r.lease_ms, r.held, r.extra)),
-                        Some(r) => call.arg(&*r.owner).arg(&*r.grant).arg(r.lease_ms),
-                        None => call.arg("").arg("").arg(keep),
+                        Some(r) => call
+                            .arg_fmt(format_args!("{}|{}", r.grant, r.owner))
+                            .arg(r.lease_ms),
+                        None => call.arg("").arg(keep),
+                    };
+                    if kind.extra_arg {
+                        call.arg("");
                     }
                 }
             };

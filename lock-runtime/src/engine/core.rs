@@ -150,6 +150,7 @@ impl Engine {
                 kind.lua_first,
                 kind.lua,
                 kind.fourth_key.is_some(),
+                kind.extra_arg,
                 self.backend.publish_command(),
                 Self::waiter_horizon_of(&self.config, None),
             )

@@ -66,6 +66,10 @@ pub(crate) struct Kind {
     /// heads): each operation then declares four keys; otherwise three (every argument costs a
     /// call).
     pub(crate) fourth_key: Option<&'static str>,
+    /// The kind's acquires carry an extra argument (the permits a semaphore's asks for, see
+    /// [`Target::extra`](super::target::Target)): each operation then sends five arguments;
+    /// otherwise four (every argument costs a call).
+    pub(crate) extra_arg: bool,
 }
 
 impl PartialEq for Kind {

@@ -524,6 +524,7 @@ mod tests {
         hand_off: true,
         leaves_on_grant: true,
         fourth_key: None,
+        extra_arg: false,
     };
 
     /// A shared kind whose waiters attempt together (readers).
@@ -542,6 +543,7 @@ mod tests {
         hand_off: false,
         leaves_on_grant: false,
         fourth_key: None,
+        extra_arg: false,
     };
 
     fn key() -> LockKey {

@@ -50,6 +50,7 @@ pub(crate) static MUTEX: Kind = Kind {
     hand_off: true,
     leaves_on_grant: true,
     fourth_key: Some(crate::scripts::HEADS_SUFFIX),
+    extra_arg: false,
 };
 
 /// How `inspect` reads a mutex: the string `<prefix>{<key>}` = state, token (16 digits), grant

@@ -46,6 +46,7 @@ pub(crate) static READ: Kind = Kind {
     hand_off: false,
     leaves_on_grant: false,
     fourth_key: Some(crate::scripts::TURN_SUFFIX),
+    extra_arg: false,
 };
 
 /// The write hold as the engine sees it.
@@ -64,6 +65,7 @@ pub(crate) static WRITE: Kind = Kind {
     hand_off: false,
     leaves_on_grant: true,
     fourth_key: Some(crate::scripts::TURN_SUFFIX),
+    extra_arg: false,
 };
 
 /// How `inspect` reads a read-write lock: the hash `<prefix>rw:{<key>}` (a namespace of its

@@ -46,6 +46,7 @@ pub(crate) static SEMAPHORE: Kind = Kind {
     hand_off: true,
     leaves_on_grant: false,
     fourth_key: None,
+    extra_arg: true,
 };
 
 /// How `inspect` reads a semaphore: the hash `<prefix>sem:{<name>}`, `:n` -> the permit count

@@ -62,12 +62,14 @@ pub(crate) struct Function {
 /// [`Kind::lua_first`](crate::engine::Kind)), `prelude.lua`, the kind's functions and `ops.lua`,
 /// with every `$` name replaced by its literal (see `prelude.lua`). Services with the same
 /// settings share one script. In the Function form the definitions come first and run once;
-/// the registered function runs the per-call parts: the clock's reset, the part of
-/// `kind_first` after its `--@call` line, and `ops.lua`.
+/// the registered function runs the per-call parts: the clock's reset and the parts of
+/// `kind_first` and `ops.lua` after their `--@call` lines. `extra_arg`: the kind's acquires
+/// carry an extra argument (five per operation, else four).
 pub(crate) fn ops(
     kind_first: &str,
     kind_lua: &[&str],
     four_keys: bool,
+    extra_arg: bool,
     publish: &str,
     yield_horizon_ms: u64,
 ) -> Ops {
@@ -79,12 +81,13 @@ pub(crate) fn ops(
         ("$YIELD_HORIZON", yield_horizon_ms.to_string()),
         ("$KEYS", if four_keys { "4" } else { "3" }.to_owned()),
         (
-            "$FOURTH_1",
-            if four_keys { "KEYS[4]" } else { "nil" }.to_owned(),
-        ),
-        (
             "$FOURTH_K",
-            if four_keys { "KEYS[k + 3]" } else { "nil" }.to_owned(),
+            if four_keys { "keys[k + 3]" } else { "nil" }.to_owned(),
+        ),
+        ("$ARGS", if extra_arg { "5" } else { "4" }.to_owned()),
+        (
+            "$EXTRA_A",
+            if extra_arg { "argv[a + 4]" } else { "''" }.to_owned(),
         ),
         (
             "$FAST_OP",
@@ -108,7 +111,9 @@ pub(crate) fn ops(
     let clock = include_str!("clock.lua");
     let prelude = include_str!("prelude.lua");
     let kind = kind_lua.concat();
-    let per_call = include_str!("ops.lua");
+    let (ops_declared, per_call) = include_str!("ops.lua")
+        .split_once("\n--@call\n")
+        .expect("ops.lua has a --@call line");
     let script = Script::new(&with_literals(
         [
             clock,
@@ -117,13 +122,15 @@ pub(crate) fn ops(
             first_per_call,
             prelude,
             &kind,
+            ops_declared,
+            "\n",
             per_call,
         ]
         .concat(),
     ));
     let name = format!("lockrt_{}", script.get_hash());
     let library = with_literals(format!(
-        "#!lua name={name}\n{clock}{first_declared}\n{prelude}{kind}\
+        "#!lua name={name}\n{clock}{first_declared}\n{prelude}{kind}{ops_declared}\n\
          redis.register_function('{name}', function(KEYS, ARGV)\n\
          time, clock_ms, drawn_key = nil, nil, nil\n{first_per_call}{per_call}\nend)\n"
     ));
@@ -254,16 +261,26 @@ mod tests {
             include_str!("../kinds/mutex/acquire.lua"),
             include_str!("../kinds/mutex/release.lua"),
         ];
-        let ops = ops(FAST, &kind, true, "spublish", 31_000);
+        let ops = ops(FAST, &kind, true, false, "spublish", 31_000);
         let text = &ops.function.library;
         assert!(!text.contains('$'), "a setting was left out");
         assert!(text.contains("redis.call('spublish', lock .. ':ch', target)"));
         assert!(text.contains("register_waiter(queue, 31000)"));
         assert!(text.contains("'px', 250)"));
         assert!(text.contains("for i = 1, #KEYS / 4 do"));
+        assert!(
+            text.contains("i * 4 - (4 - 3)"),
+            "four arguments per operation"
+        );
         assert!(text.contains(FAST.lines().next().unwrap()));
-        let other = super::ops("", &kind, true, "publish", 1);
-        assert!(other.function.library.contains("KEYS[k + 2], KEYS[k + 3],"));
+        let other = super::ops("", &kind, true, true, "publish", 1);
+        assert!(other.function.library.contains("keys[k + 2], keys[k + 3],"));
+        assert!(
+            other
+                .function
+                .library
+                .contains("argv[a + 3], argv[a + 4], argv[a] == 'f'")
+        );
         assert_ne!(ops.script.get_hash(), other.script.get_hash());
     }
 
@@ -274,7 +291,7 @@ mod tests {
             include_str!("../kinds/mutex/acquire.lua"),
             include_str!("../kinds/mutex/release.lua"),
         ];
-        let ops = ops(FAST, &kind, true, "publish", 31_000);
+        let ops = ops(FAST, &kind, true, false, "publish", 31_000);
         let Function { name, library } = &ops.function;
         assert_eq!(*name, format!("lockrt_{}", ops.script.get_hash()));
         assert!(library.starts_with(&format!("#!lua name={name}\n")));
@@ -286,7 +303,9 @@ mod tests {
         // the fast path's state is declared before the functions that read it, reset per call
         let state = declared.find("local read_first = nil").unwrap();
         assert!(state < declared.find("local function release").unwrap());
-        assert!(per_call.starts_with("time, clock_ms, drawn_key = nil, nil, nil\nread_first = nil\n"));
+        assert!(
+            per_call.starts_with("time, clock_ms, drawn_key = nil, nil, nil\nread_first = nil\n")
+        );
         // a library that reads KEYS or ARGV when it is loaded fails to load
         let code = declared
             .lines()

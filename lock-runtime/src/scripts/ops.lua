@@ -8,14 +8,17 @@
 -- ARGV[1] service id; ARGV[2] when the client sent the call, in microseconds of its own clock (a
 -- mutex waiter registered by the call may be granted the lock by another service's release,
 -- which tells it how long after this send time that happened: see kinds/mutex/value.lua), or ''
--- when its waiters must not be granted that way; then six per operation:
---   'a', owner field, grant id, lease in ms, waiter horizon in ms, kind's extra  (acquire)
+-- when its waiters must not be granted that way; then $ARGS per operation (an owner and the
+-- grant id go as one argument, '<grant id>|<owner field>', the tail of the value a mutex grant
+-- stores; a grant id is hex, so the first '|' ends it):
+--   'a', grant|owner, lease in ms, waiter horizon in ms[, kind's extra]  (acquire; the extra
+--        only for a kind that has one, engine/kind.rs)
 --   'A': like 'a', but the run stops at this operation when it is not granted (or fails): the
 --        operations after it are not run and reply -2, 'not run', 0 (all-or-nothing batches)
 --   'f': like 'a', from a service that is not registered as waiting for the lock: the kind's
 --        acquire may try the lock before it looks at anything else (its `fresh` parameter)
---   'r', owner field, grant id, next owner field or '', its grant id, its lease  (release; for
---        a kind whose grants coexist, '<its lease> <grants the service holds besides> <its
+--   'r', grant|owner, the next owner's grant|owner or '', its lease[, '']  (release; for a
+--        kind whose grants coexist, '<its lease> <grants the service holds besides> <its
 --        extra>': the release sees whether its request fits)
 --   'k': like 'r', in the releasing service's turn: a kind that hands off gives the lock to the
 --        next owner even when other services wait (the release function's `in_turn`)
@@ -29,22 +32,41 @@
 -- Reply: three elements per operation, in order: the values its function returned, or -1,
 -- error message, 0 when it failed (a failed operation does not stop the others, and fails
 -- before it writes anything). One flat array: a table per operation would cost Redis more than
--- the operation.
+-- the operation. What comes before the `--@call` line declares; what follows runs on every call
+-- (see fast.lua).
+
+-- 'grant|owner' as grant id, owner field ('' as '', '').
+local function split_tail(tail)
+  local bar = string.find(tail, '|', 1, true)
+  if not bar then
+    return '', ''
+  end
+  return string.sub(tail, 1, bar - 1), string.sub(tail, bar + 1)
+end
+
+-- The operation whose keys start at keys[k] and whose arguments at argv[a], by the kind's
+-- general functions.
+local function run_op(keys, argv, k, a)
+  local grant, owner = split_tail(argv[a + 1])
+  if argv[a] ~= 'r' and argv[a] ~= 'k' then
+    return acquire(keys[k], keys[k + 1], keys[k + 2], $FOURTH_K, owner, grant, argv[a + 2],
+      argv[a + 3], $EXTRA_A, argv[a] == 'f')
+  end
+  local next_id, next_owner = split_tail(argv[a + 2])
+  return release(keys[k], keys[k + 1], keys[k + 2], $FOURTH_K, owner, grant, next_owner, next_id,
+    argv[a + 3], argv[a] == 'k')
+end
+--@call
 service, sent = ARGV[1], ARGV[2]
 if #KEYS == $KEYS then
   -- a lone caller's operation, the common case when there is no load: a failure fails the call,
   -- which is its failure alone, so it goes without the loop and pcall
-  if ARGV[3] ~= 'r' and ARGV[3] ~= 'k' then
-    return {acquire(KEYS[1], KEYS[2], KEYS[3], $FOURTH_1, ARGV[4], ARGV[5], ARGV[6], ARGV[7],
-      ARGV[8], ARGV[3] == 'f')}
-  end
-  return {release(KEYS[1], KEYS[2], KEYS[3], $FOURTH_1, ARGV[4], ARGV[5], ARGV[6], ARGV[7],
-    ARGV[8], ARGV[3] == 'k')}
+  return {run_op(KEYS, ARGV, 1, 3)}
 end
 local replies = {}
 local stopped = false
 for i = 1, #KEYS / $KEYS do
-  local k, a, n = i * $KEYS - ($KEYS - 1), i * 6 - 3, i * 3
+  local k, a, n = i * $KEYS - ($KEYS - 1), i * $ARGS - ($ARGS - 3), i * 3
   local ok, code, x, y = true, nil, nil, nil
   if stopped then
     code, x, y = -2, 'not run', 0
@@ -52,14 +74,8 @@ for i = 1, #KEYS / $KEYS do
     -- the kind's common cases first (nil: not one of them)
     ok, code, x, y = pcall($FAST_OP, KEYS, k, ARGV, a)
   end
-  if not ok or code ~= nil then
-    -- done (or failed) above
-  elseif ARGV[a] ~= 'r' and ARGV[a] ~= 'k' then
-    ok, code, x, y = pcall(acquire, KEYS[k], KEYS[k + 1], KEYS[k + 2], $FOURTH_K,
-      ARGV[a + 1], ARGV[a + 2], ARGV[a + 3], ARGV[a + 4], ARGV[a + 5], ARGV[a] == 'f')
-  else
-    ok, code, x, y = pcall(release, KEYS[k], KEYS[k + 1], KEYS[k + 2], $FOURTH_K,
-      ARGV[a + 1], ARGV[a + 2], ARGV[a + 3], ARGV[a + 4], ARGV[a + 5], ARGV[a] == 'k')
+  if ok and code == nil then
+    ok, code, x, y = pcall(run_op, KEYS, ARGV, k, a)
   end
   if not ok then
     -- a failed redis.call raises its error as a string (a table with `err` before Redis 7)

@@ -8,8 +8,9 @@
 --   publishes a wake-up ('publish', or 'spublish' in cluster mode); $YIELD_HORIZON, how long in ms a
 --   service stays registered as waiting when its release yields the lock to another service;
 --   $MAX_LEASE, the longest lease in ms a call may ask for; in ops.lua, $KEYS, the keys per
---   operation (3, or 4 for a kind with a fourth key of its own), $FOURTH_1 / $FOURTH_K, that key
---   (or nil), and $FAST_OP, the kind's function for its common cases (or nil).
+--   operation (3, or 4 for a kind with a fourth key of its own), $FOURTH_K, that key (or nil),
+--   $ARGS, the arguments per operation (4, or 5 for a kind with an extra argument), $EXTRA_A,
+--   that argument (or ''), and $FAST_OP, the kind's function for its common cases (or nil).
 --
 -- Every grant carries the id of the attempt that made it (16 hex digits chosen by the client),
 -- stored with the owner it was granted to (its generations: one per process holding it;

@@ -20,30 +20,28 @@ local read_first = nil
 local function fast_op(keys, k, argv, a)
   local op = argv[a]
   if op == 'f' then
-    if argv[a + 4] == '-1' then
+    if argv[a + 3] == '-1' then
       return nil
     end
     -- checked before anything is written; the SET takes the text as sent (a number passed to
     -- a redis.call would be formatted as a float)
-    local lease = argv[a + 3]
+    local lease = argv[a + 2]
     checked_lease(lease)
     local token = next_token(keys[k + 1])
     local padded = token
     if #padded < 16 then
       padded = string.rep('0', 16 - #padded) .. padded
     end
-    if redis.call('set', keys[k], 'H' .. padded .. argv[a + 2] .. '|' .. argv[a + 1], 'nx',
-      'px', lease)
-    then
+    -- the value's tail is the argument 'grant|owner' as sent
+    if redis.call('set', keys[k], 'H' .. padded .. argv[a + 1], 'nx', 'px', lease) then
       return 1, token, 0
     end
     argv[a] = 'a'
-  elseif (op == 'r' or op == 'k') and argv[a + 3] == '' and
-    (argv[a + 5] == '0' or argv[a + 5] == '')
+  elseif (op == 'r' or op == 'k') and argv[a + 2] == '' and
+    (argv[a + 3] == '0' or argv[a + 3] == '')
   then
     local v = redis.call('get', keys[k])
-    if v and string.sub(v, 1, 1) == 'H' and string.sub(v, 18) == argv[a + 2] .. '|' .. argv[a + 1]
-    then
+    if v and string.sub(v, 1, 1) == 'H' and string.sub(v, 18) == argv[a + 1] then
       redis.call('del', keys[k])
       return 2, 0, 0
     end
