@@ -425,6 +425,9 @@ impl KeyState {
 
 /// How many emptied key states [`Keys`] keeps for reuse.
 const SPARE_STATES: usize = 64;
+/// The most room a kept state's lists may have, in entries each: a state whose line once grew
+/// long is dropped, not kept with that room.
+const SPARE_ROOM: usize = 16;
 
 /// The states by lock key, and a few emptied ones kept for reuse: a key that goes idle after
 /// each hold (the common case) would otherwise allocate its line and lists again on its next
@@ -443,10 +446,13 @@ impl Keys {
             .or_insert_with(|| spare.pop().unwrap_or_default())
     }
 
-    /// Forgets the state of `key` (an idle one), keeping it for reuse.
+    /// Forgets the state of `key` (an idle one), keeping it for reuse when its lists are short.
     pub(super) fn retire(&mut self, key: &str) {
         if let Some(state) = self.map.remove(key)
             && self.spare.len() < SPARE_STATES
+            && state.holds.capacity() <= SPARE_ROOM
+            && state.waiters.capacity() <= SPARE_ROOM
+            && state.releasing.capacity() <= SPARE_ROOM
         {
             self.spare.push(state.emptied());
         }
@@ -717,6 +723,11 @@ mod tests {
         let reused = keys.state(&other);
         assert!(!reused.refused && reused.turn_since.is_none() && reused.is_idle());
         assert!(reused.releasing.capacity() > 0, "its room was kept");
+        assert!(keys.spare.is_empty());
+        // one whose line grew long is not kept
+        let state = keys.state(&k);
+        state.waiters.reserve(SPARE_ROOM + 1);
+        keys.retire(&k);
         assert!(keys.spare.is_empty());
     }
 

@@ -4,8 +4,7 @@
 -- (one definition for every call) it resets `time`, `clock_ms` and `drawn_key` per call.
 
 -- The server clock (TIME's reply: seconds, microseconds), read once per run: grants of one run
--- may share a reading, the counter keeps their tokens apart. (Read where it is needed rather
--- than through a helper: every function defined here is built again on every call.)
+-- may share a reading, the counter keeps their tokens apart.
 local time = nil
 -- That reading in ms, once a call asked for it (converting it costs two string-to-number
 -- parses).
