@@ -98,6 +98,47 @@ async fn an_owner_scope_reenters_and_frees_after_the_last_release() {
     assert!(!locks.is_locked(&key).await.unwrap());
 }
 
+/// Owner ids are the application's text: one that holds '|' (the separator between a grant id
+/// and its owner in what a lock call sends and stores) holds, re-enters, is handed the lock by a
+/// release of its own service, and holds a permit like any other.
+#[tokio::test]
+async fn owners_with_a_bar_in_their_id_hold_reenter_and_are_handed_the_lock() {
+    let fx = Fixture::single().await;
+    let locks = fx.service(LONG_WATCHDOG).await;
+    let key = unique_key("bar-owner");
+    let (first, second) = (OwnerId::from("tenant|1"), OwnerId::from("tenant|2|x"));
+    let (outer, inner) = owner::scope(first.clone(), async {
+        let outer = locks.lock(&key).await.unwrap();
+        let inner = locks.lock(&key).await.unwrap();
+        (outer, inner)
+    })
+    .await;
+    let info = locks.inspect(&key).await.unwrap();
+    assert_eq!(info.hold_count, 2);
+    assert!(info.holder.unwrap().ends_with("tenant|1"));
+
+    let waiter = tokio::spawn({
+        let (locks, key, second) = (locks.clone(), key.clone(), second.clone());
+        async move { locks.lock(&key).owner(second).await.unwrap() }
+    });
+    waiters_in_line(&locks, &key, 1).await;
+    inner.release().await.unwrap();
+    let token = outer.fence();
+    outer.release().await.unwrap();
+    let handed = waiter.await.unwrap();
+    assert!(handed.fence() > token, "the hand-off draws a new token");
+    let info = locks.inspect(&key).await.unwrap();
+    assert!(info.holder.unwrap().ends_with("tenant|2|x"));
+    handed.release().await.unwrap();
+    assert!(!locks.is_locked(&key).await.unwrap());
+
+    let permits = locks.semaphore(unique_key("bar-owner-sem"), 2);
+    let permit = owner::scope(second, async { permits.acquire().await.unwrap() }).await;
+    assert_eq!(permits.available().await.unwrap(), 1);
+    permit.release().await.unwrap();
+    assert_eq!(permits.available().await.unwrap(), 2);
+}
+
 #[tokio::test]
 async fn without_a_scope_every_lock_call_is_a_new_owner() {
     let fx = Fixture::single().await;
