@@ -172,7 +172,7 @@ impl Engine {
                         Ask::Grant { fresh: true, .. } => "f",
                         _ => "a",
                     })
-                    .arg_fmt(format_args!("{grant}|{owner}"))
+                    .arg_joined(&[grant, "|", owner])
                     .arg(lease_ms)
                     .arg(ask.horizon_arg());
                     if kind.extra_arg {
@@ -194,15 +194,13 @@ impl Engine {
                         u64::try_from(left.as_millis()).unwrap_or(u64::MAX)
                     });
                     call.arg(if *in_turn { "k" } else { "r" })
-                        .arg_fmt(format_args!("{grant}|{owner}"));
+                        .arg_joined(&[grant, "|", owner]);
                     match next {
                         // grants that coexist: the release decides whether they fit
                         Some(r) if kind.shared => call
-                            .arg_fmt(format_args!("{}|{}", r.grant, r.owner))
+                            .arg_joined(&[&r.grant, "|", &r.owner])
                             .arg_fmt(format_args!("{} {} {}", r.lease_ms, r.held, r.extra)),
-                        Some(r) => call
-                            .arg_fmt(format_args!("{}|{}", r.grant, r.owner))
-                            .arg(r.lease_ms),
+                        Some(r) => call.arg_joined(&[&r.grant, "|", &r.owner]).arg(r.lease_ms),
                         None => call.arg("").arg(keep),
                     };
                     if kind.extra_arg {

@@ -188,7 +188,7 @@ impl<'a> ScriptCall<'a> {
         if !function {
             return ScriptCall::new(&ops.script, keys);
         }
-        // sized for the call at once (an operation brings 3-4 keys and 6 arguments): the
+        // sized for the call at once (an operation brings 3-4 keys and 4-5 arguments): the
         // command's buffers do not grow argument by argument
         let mut cmd = Cmd::with_capacity(4 + keys * 3, 64 + keys * 64);
         cmd.arg("FCALL").arg(&ops.function.name).arg(keys);
@@ -228,10 +228,17 @@ impl<'a> ScriptCall<'a> {
     /// The key named `<lock><suffix>` (a lock's waiting set, turn marker, ...), written into
     /// the call without building its name first.
     pub(crate) fn key_suffixed(&mut self, lock: &str, suffix: &str) -> &mut Self {
+        self.arg_joined(&[lock, suffix])
+    }
+
+    /// One argument made of `parts` one after another (an operation's `<grant>|<owner>`),
+    /// written straight into the call: no `String` first, no formatting.
+    pub(crate) fn arg_joined(&mut self, parts: &[&str]) -> &mut Self {
         let mut arg = self.cmd.writer_for_next_arg();
-        // (writing into the command's own buffer cannot fail)
-        let _ = arg.write_all(lock.as_bytes());
-        let _ = arg.write_all(suffix.as_bytes());
+        for part in parts {
+            // (writing into the command's own buffer cannot fail)
+            let _ = arg.write_all(part.as_bytes());
+        }
         drop(arg);
         self
     }
