@@ -17,6 +17,12 @@ use crate::error::LockError;
 /// Script calls on their way at once before operations queue: two keep Redis busy with one
 /// while the client reads the other.
 const IN_FLIGHT: usize = 2;
+/// More calls that may be on their way for releases that hand the lock to a waiter of this
+/// service: such a release is what its waiter waits for, so it does not wait for a call to
+/// come back first (with four permits of a semaphore changing hands at once, up to four
+/// hand-offs are on their way). Other operations queue while [`IN_FLIGHT`] or more calls are
+/// on their way.
+const HAND_OFF_SLOTS: usize = 2;
 /// Operations in one script call at most: bounds how long one call keeps Redis busy (Redis
 /// runs nothing else while a script runs; 128 mutex operations take a few milliseconds).
 pub(crate) const MAX_OPS: usize = 128;
@@ -110,8 +116,13 @@ impl Batcher {
 
     /// Takes a slot and gives `op` back to be sent now, or queues it for the next call.
     pub(super) fn take_or_queue(&self, op: Op) -> Result<Op, oneshot::Receiver<OpReply>> {
+        let slots = if matches!(op, Op::Release { next: Some(_), .. }) {
+            IN_FLIGHT + HAND_OFF_SLOTS
+        } else {
+            IN_FLIGHT
+        };
         let mut state = self.lock();
-        if state.in_flight < IN_FLIGHT {
+        if state.in_flight < slots {
             state.in_flight += 1;
             return Ok(op);
         }
@@ -144,5 +155,85 @@ impl Batcher {
         }
         state.queued = rest;
         Some(batch)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use std::time::Instant;
+
+    use super::super::ids::new_grant_id;
+    use super::super::local::tests::TEST_KIND;
+    use super::*;
+
+    fn target() -> Target {
+        Target::new(
+            &TEST_KIND,
+            KeyNames::in_namespace("lock:", "", "k").unwrap(),
+        )
+    }
+
+    fn acquire() -> Op {
+        Op::Acquire {
+            target: target(),
+            owner: "o".into(),
+            grant: new_grant_id(),
+            lease_ms: 1_000,
+            ask: Ask::Chained,
+        }
+    }
+
+    /// A release; with `hand_off`, one that hands the lock to a waiter of this service.
+    fn release(hand_off: bool) -> Op {
+        let next = hand_off.then(|| Reservation {
+            waiter: 1,
+            at: Instant::now(),
+            owner: "w".into(),
+            grant: new_grant_id(),
+            lease_ms: 1_000,
+            in_turn: true,
+            extra: "".into(),
+            held: 0,
+        });
+        Op::Release {
+            target: target(),
+            owner: "o".into(),
+            grant: new_grant_id(),
+            next,
+            in_turn: hand_off,
+            keep_until: None,
+        }
+    }
+
+    #[test]
+    fn a_hand_off_does_not_wait_for_a_call_to_come_back() {
+        let batcher = Batcher::default();
+        for _ in 0..IN_FLIGHT {
+            assert!(batcher.take_or_queue(acquire()).is_ok());
+        }
+        // every slot taken: other operations queue
+        let _acquire = batcher.take_or_queue(acquire()).err().expect("queued");
+        let _release = batcher.take_or_queue(release(false)).err().expect("queued");
+        // a release that hands the lock over goes at once, up to HAND_OFF_SLOTS of them
+        for _ in 0..HAND_OFF_SLOTS {
+            assert!(batcher.take_or_queue(release(true)).is_ok());
+        }
+        let _hand_off = batcher.take_or_queue(release(true)).err().expect("queued");
+        // a call coming back sends the queued operations, in order, in its slot
+        let batch = batcher.next_batch().expect("queued operations");
+        let kinds: Vec<_> = batch
+            .iter()
+            .map(|(op, _)| match op {
+                Op::Acquire { .. } => "acquire",
+                Op::Release { next: None, .. } => "release",
+                Op::Release { next: Some(_), .. } => "hand-off",
+            })
+            .collect();
+        assert_eq!(kinds, ["acquire", "release", "hand-off"]);
+        // the slots come back one by one once nothing is queued
+        for _ in 0..IN_FLIGHT + HAND_OFF_SLOTS {
+            assert!(batcher.next_batch().is_none());
+        }
+        assert_eq!(batcher.lock().in_flight, 0);
     }
 }

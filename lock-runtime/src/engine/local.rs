@@ -504,7 +504,7 @@ pub(super) fn wake_front(state: &KeyState) {
 }
 
 #[cfg(test)]
-mod tests {
+pub(super) mod tests {
     use std::sync::LazyLock;
     use std::time::Duration;
 
@@ -514,8 +514,8 @@ mod tests {
     use super::*;
 
     static NO_SCRIPT: LazyLock<redis::Script> = LazyLock::new(|| redis::Script::new("return 0"));
-    /// An exclusive, re-entrant kind that hands off.
-    static TEST_KIND: Kind = Kind {
+    /// An exclusive, re-entrant kind that hands off (the engine's tests use it too).
+    pub(in crate::engine) static TEST_KIND: Kind = Kind {
         id: 0,
         noun: "lock",
         mode: crate::vocab::HoldMode::Exclusive,
