@@ -1,11 +1,11 @@
 //! The acquires and releases of one service share script calls when they fall due together.
 //!
-//! An operation that finds a free slot (fewer than `IN_FLIGHT` calls on their way; a release
-//! that hands the lock to a waiter of this service, which that waiter waits for, has
-//! `HAND_OFF_SLOTS` more) is sent at once by its own caller, so a lone caller pays nothing for
-//! batching. While every slot is taken,
-//! operations queue; when a call comes back, the queued operations go out together as the next
-//! call (up to [`MAX_OPS`] of them), sent by a task of the service. Under load many callers share
+//! An operation that finds a free slot (fewer than `IN_FLIGHT` calls on their way; on a
+//! multi-thread runtime a release that hands the lock to a waiter of this service, which that
+//! waiter waits for, has `HAND_OFF_SLOTS` more) is sent at once by its own caller, so a lone
+//! caller pays nothing for batching. While every slot is taken, operations queue; when a call
+//! comes back, the queued operations go out together as the next call (up to [`MAX_OPS`] of
+//! them), sent by a task of the service. Under load many callers share
 //! one round trip and one script run, in which Redis runs their operations in order, each as it
 //! would run alone (`ops.lua`): throughput grows with the load instead of being capped by the
 //! per-request cost of Redis and of the client.

@@ -18,10 +18,12 @@ use crate::error::LockError;
 /// while the client reads the other.
 const IN_FLIGHT: usize = 2;
 /// More calls that may be on their way for releases that hand the lock to a waiter of this
-/// service: such a release is what its waiter waits for, so it does not wait for a call to
-/// come back first (with four permits of a semaphore changing hands at once, up to four
-/// hand-offs are on their way). Other operations queue while [`IN_FLIGHT`] or more calls are
-/// on their way.
+/// service, on a multi-thread runtime: such a release is what its waiter waits for, so it does
+/// not wait for a call to come back first (with four permits of a semaphore changing hands at
+/// once, up to four hand-offs are on their way). Other operations queue while [`IN_FLIGHT`] or
+/// more calls are on their way. On a current-thread runtime the one thread that sends every
+/// call also reads every reply: there, a call more costs it more than the wait saves, and
+/// hand-offs queue like any other operation.
 const HAND_OFF_SLOTS: usize = 2;
 /// Operations in one script call at most: bounds how long one call keeps Redis busy (Redis
 /// runs nothing else while a script runs; 128 mutex operations take a few milliseconds).
@@ -96,9 +98,10 @@ impl Op {
 pub(crate) type OpReply = Result<Synced<[i64; 3]>, LockError>;
 
 /// The operations waiting for a free slot, and the slots taken.
-#[derive(Default)]
 pub(crate) struct Batcher {
     state: Mutex<State>,
+    /// The slots beyond [`IN_FLIGHT`] that hand-offs may take ([`HAND_OFF_SLOTS`] or none).
+    hand_off_slots: usize,
 }
 
 #[derive(Default)]
@@ -108,6 +111,18 @@ struct State {
 }
 
 impl Batcher {
+    /// The batching state of a service whose tasks run on `runtime`.
+    pub(crate) fn new(runtime: &tokio::runtime::Handle) -> Batcher {
+        let hand_off_slots = match runtime.runtime_flavor() {
+            tokio::runtime::RuntimeFlavor::CurrentThread => 0,
+            _ => HAND_OFF_SLOTS,
+        };
+        Batcher {
+            state: Mutex::default(),
+            hand_off_slots,
+        }
+    }
+
     fn lock(&self) -> MutexGuard<'_, State> {
         self.state
             .lock()
@@ -117,7 +132,7 @@ impl Batcher {
     /// Takes a slot and gives `op` back to be sent now, or queues it for the next call.
     pub(super) fn take_or_queue(&self, op: Op) -> Result<Op, oneshot::Receiver<OpReply>> {
         let slots = if matches!(op, Op::Release { next: Some(_), .. }) {
-            IN_FLIGHT + HAND_OFF_SLOTS
+            IN_FLIGHT + self.hand_off_slots
         } else {
             IN_FLIGHT
         };
@@ -205,9 +220,18 @@ mod tests {
         }
     }
 
+    /// A multi-thread runtime's batcher.
+    fn batcher() -> Batcher {
+        let runtime = tokio::runtime::Builder::new_multi_thread()
+            .worker_threads(1)
+            .build()
+            .unwrap();
+        Batcher::new(runtime.handle())
+    }
+
     #[test]
     fn a_hand_off_does_not_wait_for_a_call_to_come_back() {
-        let batcher = Batcher::default();
+        let batcher = batcher();
         for _ in 0..IN_FLIGHT {
             assert!(batcher.take_or_queue(acquire()).is_ok());
         }
@@ -235,5 +259,17 @@ mod tests {
             assert!(batcher.next_batch().is_none());
         }
         assert_eq!(batcher.lock().in_flight, 0);
+    }
+
+    #[test]
+    fn on_a_current_thread_runtime_a_hand_off_queues_like_any_operation() {
+        let runtime = tokio::runtime::Builder::new_current_thread()
+            .build()
+            .unwrap();
+        let batcher = Batcher::new(runtime.handle());
+        for _ in 0..IN_FLIGHT {
+            assert!(batcher.take_or_queue(acquire()).is_ok());
+        }
+        let _hand_off = batcher.take_or_queue(release(true)).err().expect("queued");
     }
 }
