@@ -2,6 +2,7 @@
 //! settings-derived values every operation asks for.
 
 use std::collections::{HashMap, HashSet};
+use std::sync::atomic::AtomicBool;
 use std::sync::{Arc, Mutex, OnceLock};
 use std::time::{Duration, Instant};
 
@@ -46,6 +47,9 @@ pub(crate) struct Engine {
     /// Cancelled when the service shuts down (see `shutdown`): acquires are refused, waits
     /// end, the watchdog and the subscriber stop.
     pub(crate) closing: tokio_util::sync::CancellationToken,
+    /// Set when the shutdown begins, before `closing` is cancelled: what every operation asks
+    /// (a load, where asking the token takes its lock).
+    pub(crate) closed: AtomicBool,
     /// When the service started: the send times its calls carry count from here (see `push`).
     pub(crate) epoch: std::time::Instant,
     /// The kind whose releases push grants across services (the mutex): a pushed grant whose
@@ -85,6 +89,7 @@ impl Engine {
             runtime,
             events: Default::default(),
             closing: Default::default(),
+            closed: AtomicBool::new(false),
             epoch: std::time::Instant::now(),
             names: Mutex::default(),
             pushed_kind,

@@ -3,6 +3,7 @@
 
 use std::collections::HashMap;
 use std::sync::Arc;
+use std::sync::atomic::Ordering;
 
 use redis::cluster_routing::Slot;
 
@@ -20,7 +21,7 @@ const BATCH: usize = 128;
 impl Engine {
     /// Whether the service shuts down (or did).
     pub(crate) fn is_closing(&self) -> bool {
-        self.closing.is_cancelled()
+        self.closed.load(Ordering::Acquire)
     }
 
     /// The error of an acquire refused (or a wait ended) because the service shuts down.
@@ -38,7 +39,7 @@ impl Engine {
     /// Shuts the service down (see [`LockService::shutdown`](crate::LockService::shutdown));
     /// a second call returns at once.
     pub(crate) async fn shut_down(self: &Arc<Self>) -> Result<(), LockError> {
-        if self.closing.is_cancelled() {
+        if self.closed.swap(true, Ordering::AcqRel) {
             return Ok(());
         }
         // from here acquires are refused, waits end, the watchdog and the subscriber stop
