@@ -452,8 +452,8 @@ async fn a_write_release_wakes_the_readers_or_the_next_writer(fx: Fixture) {
     let key = unique_key("wake");
     let lock = rw_key(&key);
     let monitor = Monitor::start(fx.node_for(&lock), {
-        let turn = format!("\"{}\"", writers_key(&key));
-        move |line: &str| script_call(line) && line.contains(&turn)
+        let quoted = format!("\"{lock}\"");
+        move |line: &str| script_call(line) && line.contains(&quoted)
     })
     .await;
 
@@ -1186,8 +1186,8 @@ async fn a_reader_kept_out_by_a_waiting_writer_sleeps_until_woken() {
     );
     let key = unique_key("no-polling");
     let monitor = Monitor::start(fx.node_for(&rw_key(&key)), {
-        let turn = format!("\"{}\"", writers_key(&key));
-        move |line: &str| script_call(line) && line.contains(&turn)
+        let quoted = format!("\"{}\"", rw_key(&key));
+        move |line: &str| script_call(line) && line.contains(&quoted)
     })
     .await;
     let share = a.read(&key).await.unwrap();

@@ -1071,9 +1071,9 @@ async fn a_release_wakes_a_smaller_request_behind_a_larger_one() {
     let fx = Fixture::single().await;
     let (a, b) = (fx.service(LONG).await, fx.service(LONG).await);
     let name = unique_key("sem-behind");
-    let queue = format!("\"{}:wq\"", sem_hash(&name));
+    let hash = format!("\"{}\"", sem_hash(&name));
     let attempts = common::Monitor::start(fx.node_for(&sem_hash(&name)), move |line: &str| {
-        script_call(line) && line.contains(&queue) && acquire_op(line)
+        script_call(line) && line.contains(&hash) && acquire_op(line)
     })
     .await;
     let sa = a.semaphore(&name, 2);
@@ -1277,9 +1277,9 @@ async fn releases_hand_permits_to_the_waiters_of_their_service() {
     let fx = Fixture::single().await;
     let service = fx.service(LONG).await;
     let name = unique_key("sem-hand-off");
-    let queue = format!("\"{}:wq\"", sem_hash(&name));
+    let hash = format!("\"{}\"", sem_hash(&name));
     let attempts = common::Monitor::start(fx.node_for(&sem_hash(&name)), move |line: &str| {
-        common::script_call(line) && line.contains(&queue) && common::acquire_op(line)
+        common::script_call(line) && line.contains(&hash) && common::acquire_op(line)
     })
     .await;
     let sem = service.semaphore(&name, 4);

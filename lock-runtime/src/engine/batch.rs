@@ -26,7 +26,7 @@ use super::core::Engine;
 use super::reply::Ask;
 use crate::backend::Synced;
 use crate::error::{ErrorKind, LockError};
-use crate::scripts::{QUEUE_SUFFIX, ScriptCall};
+use crate::scripts::{self, QUEUE_SUFFIX, ScriptCall};
 
 /// A taken slot; dropping it sends the queued operations or frees the slot, also when the call
 /// that held it was cancelled or panicked.
@@ -132,25 +132,25 @@ impl Engine {
 
     /// One `ops.lua` call for `ops`; one reply per operation, in order.
     async fn send_chunk(&self, ops: &[Op]) -> Vec<OpReply> {
-        // every key a script touches is declared (correct while a cluster slot migrates)
         // (all of one kind)
         let Some(kind) = ops.first().map(Op::kind) else {
             return Vec::new();
         };
         crate::metrics::batch(kind.mode, ops.len());
-        let keys = if kind.fourth_key.is_some() { 4 } else { 3 };
-        let mut call = ScriptCall::ops(
-            self.ops_script(kind),
-            ops.len() * keys,
-            self.backend.functions(),
-        );
+        // in a cluster every key a script touches is declared (correct while a slot migrates);
+        // on one server the lock and its fence counter, and the script names the others after
+        // the lock (see `scripts::ops`)
+        let script = self.ops_script(kind);
+        let keys = scripts::keys_per_op(script.declare_all, kind.fourth_key.is_some());
+        let mut call = ScriptCall::ops(script, ops.len() * keys, self.backend.functions());
         for op in ops {
             let names = op.names();
-            call.key(&names.lock)
-                .key(names.fence())
-                .key_suffixed(&names.lock, QUEUE_SUFFIX);
-            if let Some(suffix) = kind.fourth_key {
-                call.key_suffixed(&names.lock, suffix);
+            call.key(&names.lock).key(names.fence());
+            if script.declare_all {
+                call.key_suffixed(&names.lock, QUEUE_SUFFIX);
+                if let Some(suffix) = kind.fourth_key {
+                    call.key_suffixed(&names.lock, suffix);
+                }
             }
         }
         call.arg(&self.service_id);

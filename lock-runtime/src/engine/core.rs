@@ -154,7 +154,8 @@ impl Engine {
             scripts::ops(
                 kind.lua_first,
                 kind.lua,
-                kind.fourth_key.is_some(),
+                kind.fourth_key,
+                self.backend.is_cluster(),
                 kind.extra_arg,
                 self.backend.publish_command(),
                 Self::waiter_horizon_of(&self.config, None),

@@ -47,6 +47,9 @@ pub(crate) use crate::vocab::MAX_LEASE_MS;
 pub(crate) struct Ops {
     pub(crate) script: Script,
     pub(crate) function: Function,
+    /// Whether an operation passes every key it may touch (see [`ops`]), or the lock and its
+    /// fence counter only.
+    pub(crate) declare_all: bool,
 }
 
 /// A Redis Function and the library that registers it (`FUNCTION LOAD REPLACE`).
@@ -63,27 +66,43 @@ pub(crate) struct Function {
 /// with every `$` name replaced by its literal (see `prelude.lua`). Services with the same
 /// settings share one script. In the Function form the definitions come first and run once;
 /// the registered function runs the per-call parts: the clock's reset and the parts of
-/// `kind_first` and `ops.lua` after their `--@call` lines. `extra_arg`: the kind's acquires
-/// carry an extra argument (five per operation, else four).
+/// `kind_first` and `ops.lua` after their `--@call` lines. `fourth_key`: the suffix of the
+/// kind's fourth key after the lock key, if it has one; `extra_arg`: the kind's acquires carry
+/// an extra argument (five per operation, else four). `declare_all` (Redis Cluster): every key
+/// an operation may touch is passed in KEYS, so that a call stays correct while its slot
+/// migrates; else (one server) an operation passes the two keys every operation touches, the
+/// lock and its fence counter, and the script names the others after the lock key: two
+/// arguments fewer per operation.
 pub(crate) fn ops(
     kind_first: &str,
     kind_lua: &[&str],
-    four_keys: bool,
+    fourth_key: Option<&str>,
+    declare_all: bool,
     extra_arg: bool,
     publish: &str,
     yield_horizon_ms: u64,
 ) -> Ops {
+    let keys = keys_per_op(declare_all, fourth_key.is_some());
+    let (queue_key, fourth) = if declare_all {
+        (
+            "keys[k + 2]".to_owned(),
+            fourth_key.map(|_| "keys[k + 3]".to_owned()),
+        )
+    } else {
+        (
+            format!("keys[k] .. '{QUEUE_SUFFIX}'"),
+            fourth_key.map(|suffix| format!("keys[k] .. '{suffix}'")),
+        )
+    };
     let literals = [
         ("$CHANNEL_SUFFIX", format!("'{CHANNEL_SUFFIX}'")),
         ("$MAX_LEASE", MAX_LEASE_MS.to_string()),
         ("$TURN_MS", TURN_MS.to_string()),
         ("$PUBLISH", format!("'{publish}'")),
         ("$YIELD_HORIZON", yield_horizon_ms.to_string()),
-        ("$KEYS", if four_keys { "4" } else { "3" }.to_owned()),
-        (
-            "$FOURTH_K",
-            if four_keys { "keys[k + 3]" } else { "nil" }.to_owned(),
-        ),
+        ("$KEYS", keys.to_string()),
+        ("$QUEUE_K", queue_key),
+        ("$FOURTH_K", fourth.unwrap_or_else(|| "nil".to_owned())),
         ("$ARGS", if extra_arg { "5" } else { "4" }.to_owned()),
         (
             "$EXTRA_A",
@@ -137,6 +156,17 @@ pub(crate) fn ops(
     Ops {
         script,
         function: Function { name, library },
+        declare_all,
+    }
+}
+
+/// The keys one operation of an operations script passes: the lock and its fence counter, and
+/// with `declare_all` the waiting-services zset and the kind's fourth key if it has one.
+pub(crate) fn keys_per_op(declare_all: bool, fourth_key: bool) -> usize {
+    match (declare_all, fourth_key) {
+        (false, _) => 2,
+        (true, false) => 3,
+        (true, true) => 4,
     }
 }
 
@@ -268,7 +298,7 @@ mod tests {
             include_str!("../kinds/mutex/acquire.lua"),
             include_str!("../kinds/mutex/release.lua"),
         ];
-        let ops = ops(FAST, &kind, true, false, "spublish", 31_000);
+        let ops = ops(FAST, &kind, Some(":wh"), true, false, "spublish", 31_000);
         let text = &ops.function.library;
         assert!(!text.contains('$'), "a setting was left out");
         assert!(text.contains("redis.call('spublish', lock .. ':ch', target)"));
@@ -280,7 +310,7 @@ mod tests {
             "four arguments per operation"
         );
         assert!(text.contains(FAST.lines().next().unwrap()));
-        let other = super::ops("", &kind, true, true, "publish", 1);
+        let other = super::ops("", &kind, Some(":wh"), true, true, "publish", 1);
         assert!(other.function.library.contains("keys[k + 2], keys[k + 3],"));
         assert!(
             other
@@ -289,6 +319,14 @@ mod tests {
                 .contains("argv[a + 3], argv[a + 4], argv[a] == 'f'")
         );
         assert_ne!(ops.script.get_hash(), other.script.get_hash());
+        // on one server an operation passes the lock and its fence counter; the script names
+        // the others after the lock
+        let one_server = super::ops(FAST, &kind, Some(":wh"), false, false, "publish", 1);
+        let text = &one_server.function.library;
+        assert!(text.contains("for i = 1, #KEYS / 2 do"));
+        assert!(text.contains("if #KEYS == 2 then"), "the lone fast path");
+        assert!(text.contains("keys[k + 1], keys[k] .. ':wq', keys[k] .. ':wh',"));
+        assert!(!text.contains("keys[k + 2]"));
     }
 
     #[test]
@@ -298,7 +336,7 @@ mod tests {
             include_str!("../kinds/mutex/acquire.lua"),
             include_str!("../kinds/mutex/release.lua"),
         ];
-        let ops = ops(FAST, &kind, true, false, "publish", 31_000);
+        let ops = ops(FAST, &kind, Some(":wh"), true, false, "publish", 31_000);
         let Function { name, library } = &ops.function;
         assert_eq!(*name, format!("lockrt_{}", ops.script.get_hash()));
         assert!(library.starts_with(&format!("#!lua name={name}\n")));

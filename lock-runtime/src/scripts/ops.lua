@@ -2,9 +2,11 @@
 -- acquires and releases of one service that fall due while another call is on its way share one
 -- call. The kind's `acquire` and `release` functions come before this (see engine/kind.rs), and
 -- its `fast_op` for its common cases when it has one ($FAST_OP; nil when it has none).
--- KEYS: $KEYS per operation: the lock, its fence counter, its waiting-services zset and, for a
--- kind that uses one, a fourth key of its own (a read-write lock's turn marker, a mutex's
--- waiting heads) - all in the lock's hash tag, so in one cluster slot
+-- KEYS: $KEYS per operation: the lock and its fence counter; in Redis Cluster also its
+-- waiting-services zset and, for a kind that uses one, a fourth key of its own (a read-write
+-- lock's turn marker, a mutex's waiting heads) - all in the lock's hash tag, so in one cluster
+-- slot, and declared so that a call stays correct while that slot migrates. On one server the
+-- script names those after the lock key ($QUEUE_K, $FOURTH_K): two arguments fewer per operation.
 -- ARGV[1] service id; ARGV[2] when the client sent the call, in microseconds of its own clock (a
 -- mutex waiter registered by the call may be granted the lock by another service's release,
 -- which tells it how long after this send time that happened: see kinds/mutex/value.lua), or ''
@@ -49,11 +51,11 @@ end
 local function run_op(keys, argv, k, a)
   local grant, owner = split_tail(argv[a + 1])
   if argv[a] ~= 'r' and argv[a] ~= 'k' then
-    return acquire(keys[k], keys[k + 1], keys[k + 2], $FOURTH_K, owner, grant, argv[a + 2],
+    return acquire(keys[k], keys[k + 1], $QUEUE_K, $FOURTH_K, owner, grant, argv[a + 2],
       argv[a + 3], $EXTRA_A, argv[a] == 'f')
   end
   local next_id, next_owner = split_tail(argv[a + 2])
-  return release(keys[k], keys[k + 1], keys[k + 2], $FOURTH_K, owner, grant, next_owner, next_id,
+  return release(keys[k], keys[k + 1], $QUEUE_K, $FOURTH_K, owner, grant, next_owner, next_id,
     argv[a + 3], argv[a] == 'k')
 end
 --@call

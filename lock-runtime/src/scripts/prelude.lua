@@ -2,13 +2,14 @@
 -- dollar-prefixed name below with a literal from the service's configuration (a literal costs a
 -- call nothing; a local shared by the functions below would cost it an upvalue each):
 -- - $CHANNEL_SUFFIX, the suffix that names a lock's wake-up channel after the lock key (a
---   channel, not a key: the lock's keys are all passed in KEYS, so that a call stays correct
---   while its slot migrates in Redis Cluster);
+--   channel, not a key: in Redis Cluster the lock's keys are all passed in KEYS, so that a call
+--   stays correct while its slot migrates);
 -- - $TURN_MS, how long a turn given to another service lasts; $PUBLISH, the command that
 --   publishes a wake-up ('publish', or 'spublish' in cluster mode); $YIELD_HORIZON, how long in ms a
 --   service stays registered as waiting when its release yields the lock to another service;
 --   $MAX_LEASE, the longest lease in ms a call may ask for; in ops.lua, $KEYS, the keys per
---   operation (3, or 4 for a kind with a fourth key of its own), $FOURTH_K, that key (or nil),
+--   operation (in Redis Cluster 3, or 4 for a kind with a fourth key of its own; on one server
+--   2), $QUEUE_K, the waiting-services zset, $FOURTH_K, the fourth key (or nil),
 --   $ARGS, the arguments per operation (4, or 5 for a kind with an extra argument), $EXTRA_A,
 --   that argument (or ''), and $FAST_OP, the kind's function for its common cases (or nil).
 --

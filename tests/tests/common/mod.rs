@@ -608,12 +608,12 @@ pub fn acquire_op(line: &str) -> bool {
     line.contains(" \"a\" ") || line.contains(" \"f\" ")
 }
 
-/// A `MONITOR` filter: the lock operations (`ops.lua`) that acquire the lock `key` - an
-/// script call ([`script_call`]) naming the lock's waiting set with an acquire operation
+/// A `MONITOR` filter: the lock operations (`ops.lua`) that acquire the lock `key` - a script
+/// call ([`script_call`]) naming the lock key itself with an acquire operation
 /// ([`acquire_op`]).
 pub fn acquires_of(key: &str) -> impl Fn(&str) -> bool + Send + 'static {
-    let queue = format!("\"{}:wq\"", lock_key(key));
-    move |line: &str| script_call(line) && line.contains(&queue) && acquire_op(line)
+    let lock = format!("\"{}\"", lock_key(key));
+    move |line: &str| script_call(line) && line.contains(&lock) && acquire_op(line)
 }
 
 /// One `#[tokio::test]` per body and topology, in a module per topology (`single`,

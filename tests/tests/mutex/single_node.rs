@@ -574,7 +574,7 @@ async fn a_failed_operation_fails_alone_also_in_a_shared_call() {
         let names: Vec<String> = keys
             .iter()
             .chain([&bad])
-            .map(|k| format!("\"lock:{{{k}}}:wq\""))
+            .map(|k| format!("\"lock:{{{k}}}\""))
             .collect();
         // (an ops call: an acquire or release; not the commands its Lua runs, nor a `leave`)
         move |line: &str| {
@@ -608,7 +608,7 @@ async fn a_failed_operation_fails_alone_also_in_a_shared_call() {
     }
     ops_calls.sync().await;
     let lines = ops_calls.lines();
-    let bad_acquire = format!("\"lock:{{{bad}}}:wq\"");
+    let bad_acquire = format!("\"lock:{{{bad}}}\"");
     let shared = lines
         .iter()
         .filter(|l| l.contains(&bad_acquire) && acquire_op(l))
@@ -619,7 +619,8 @@ async fn a_failed_operation_fails_alone_also_in_a_shared_call() {
                 .trim_matches('"')
                 .parse::<usize>()
                 .unwrap()
-                / 3
+                // (on one server an operation passes 2 keys: the lock and its fence counter)
+                / 2
         })
         .collect::<Vec<_>>();
     assert!(

@@ -52,7 +52,7 @@ end
 --@call
 read_first = nil
 
-if #KEYS == 4 then
+if #KEYS == $KEYS then
   local code, x, y = fast_op(KEYS, 1, ARGV, 3)
   if code then
     return {code, x, y}
