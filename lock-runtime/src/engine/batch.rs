@@ -5,10 +5,10 @@
 //! waiter waits for, has `HAND_OFF_SLOTS` more) is sent at once by its own caller, so a lone
 //! caller pays nothing for batching. While every slot is taken, operations queue; when a call
 //! comes back, the queued operations go out together as the next call (up to [`MAX_OPS`] of
-//! them), sent by a task of the service. Under load many callers share
-//! one round trip and one script run, in which Redis runs their operations in order, each as it
-//! would run alone (`ops.lua`): throughput grows with the load instead of being capped by the
-//! per-request cost of Redis and of the client.
+//! them), sent by a task of the service. Under load many callers share one round trip and one
+//! script run, in which Redis runs their operations in order, each as it would run alone
+//! (`ops.lua`): throughput grows with the load instead of being capped by the per-request cost
+//! of Redis and of the client.
 //!
 //! One call runs the operations of one kind (the kind's script); queued operations of another
 //! kind go with the next call. No call carries more than [`MAX_OPS`] operations: a longer run
@@ -26,7 +26,7 @@ use super::core::Engine;
 use super::reply::Ask;
 use crate::backend::Synced;
 use crate::error::{ErrorKind, LockError};
-use crate::scripts::{self, QUEUE_SUFFIX, ScriptCall};
+use crate::scripts::{QUEUE_SUFFIX, ScriptCall};
 
 /// A taken slot; dropping it sends the queued operations or frees the slot, also when the call
 /// that held it was cancelled or panicked.
@@ -141,8 +141,8 @@ impl Engine {
         // on one server the lock and its fence counter, and the script names the others after
         // the lock (see `scripts::ops`)
         let script = self.ops_script(kind);
-        let keys = scripts::keys_per_op(script.declare_all, kind.fourth_key.is_some());
-        let mut call = ScriptCall::ops(script, ops.len() * keys, self.backend.functions());
+        let keys = ops.len() * script.keys_per_op;
+        let mut call = ScriptCall::ops(script, keys, self.backend.functions());
         for op in ops {
             let names = op.names();
             call.key(&names.lock).key(names.fence());

@@ -63,8 +63,9 @@ pub(crate) struct Kind {
     pub(crate) leaves_on_grant: bool,
     /// The suffix of a fourth key the kind's operations use, named after the lock key
     /// (`<lock>:turn`, a read-write lock's writers waiting; `<lock>:wh`, a mutex's waiting
-    /// heads): each operation then declares four keys; otherwise three (every argument costs a
-    /// call).
+    /// heads). In Redis Cluster each operation then declares four keys, otherwise three; on one
+    /// server an operation passes two (the lock and its fence counter) and the script names the
+    /// others after the lock key (every argument costs a call; see `scripts::ops`).
     pub(crate) fourth_key: Option<&'static str>,
     /// The kind's acquires carry an extra argument (the permits a semaphore's asks for, see
     /// [`Target::extra`](super::target::Target)): each operation then sends five arguments;

@@ -50,6 +50,9 @@ pub(crate) struct Ops {
     /// Whether an operation passes every key it may touch (see [`ops`]), or the lock and its
     /// fence counter only.
     pub(crate) declare_all: bool,
+    /// The keys one operation passes: the lock and its fence counter, and with `declare_all`
+    /// the waiting-services zset and the kind's fourth key if it has one.
+    pub(crate) keys_per_op: usize,
 }
 
 /// A Redis Function and the library that registers it (`FUNCTION LOAD REPLACE`).
@@ -82,7 +85,11 @@ pub(crate) fn ops(
     publish: &str,
     yield_horizon_ms: u64,
 ) -> Ops {
-    let keys = keys_per_op(declare_all, fourth_key.is_some());
+    let keys_per_op = match (declare_all, fourth_key) {
+        (false, _) => 2,
+        (true, None) => 3,
+        (true, Some(_)) => 4,
+    };
     let (queue_key, fourth) = if declare_all {
         (
             "keys[k + 2]".to_owned(),
@@ -100,7 +107,7 @@ pub(crate) fn ops(
         ("$TURN_MS", TURN_MS.to_string()),
         ("$PUBLISH", format!("'{publish}'")),
         ("$YIELD_HORIZON", yield_horizon_ms.to_string()),
-        ("$KEYS", keys.to_string()),
+        ("$KEYS", keys_per_op.to_string()),
         ("$QUEUE_K", queue_key),
         ("$FOURTH_K", fourth.unwrap_or_else(|| "nil".to_owned())),
         ("$ARGS", if extra_arg { "5" } else { "4" }.to_owned()),
@@ -157,16 +164,7 @@ pub(crate) fn ops(
         script,
         function: Function { name, library },
         declare_all,
-    }
-}
-
-/// The keys one operation of an operations script passes: the lock and its fence counter, and
-/// with `declare_all` the waiting-services zset and the kind's fourth key if it has one.
-pub(crate) fn keys_per_op(declare_all: bool, fourth_key: bool) -> usize {
-    match (declare_all, fourth_key) {
-        (false, _) => 2,
-        (true, false) => 3,
-        (true, true) => 4,
+        keys_per_op,
     }
 }
 
@@ -324,6 +322,7 @@ mod tests {
         let one_server = super::ops(FAST, &kind, Some(":wh"), false, false, "publish", 1);
         let text = &one_server.function.library;
         assert!(text.contains("for i = 1, #KEYS / 2 do"));
+        assert_eq!((one_server.keys_per_op, ops.keys_per_op), (2, 4));
         assert!(text.contains("if #KEYS == 2 then"), "the lone fast path");
         assert!(text.contains("keys[k + 1], keys[k] .. ':wq', keys[k] .. ':wh',"));
         assert!(!text.contains("keys[k + 2]"));
