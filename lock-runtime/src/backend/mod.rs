@@ -160,9 +160,14 @@ impl Backend {
         what: &'static str,
         call: &ScriptCall<'_>,
     ) -> Result<T, LockError> {
+        // Each call's future is boxed: a lock operation's future holds this one at every level
+        // from the caller's `lock().await` down (six or seven), and moving or boxing an
+        // operation's future copies all of it, so a call future carried unboxed costs each
+        // level its size (about 600 bytes) in every copy, more than the allocation.
         match &self.conn {
             Conn::Single(s) => {
-                self.timed(what, invoke(&mut s.commands.clone(), call, &self.functions))
+                let mut con = s.commands.clone();
+                self.timed(what, Box::pin(invoke(&mut con, call, &self.functions)))
                     .await
             }
             Conn::Cluster(c) => {
@@ -175,11 +180,9 @@ impl Backend {
             }
             Conn::Sentinel(s) => {
                 let master = s.current();
+                let mut con = master.commands.clone();
                 let result = self
-                    .timed(
-                        what,
-                        invoke(&mut master.commands.clone(), call, &self.functions),
-                    )
+                    .timed(what, Box::pin(invoke(&mut con, call, &self.functions)))
                     .await;
                 s.check(&result);
                 result
