@@ -61,38 +61,52 @@ impl Engine {
     /// # Cancel safety
     /// Not cancel safe on its own (a grant could be lost): callers run it inside a
     /// [`Detachable`](crate::detach::Detachable) or a task of their own.
-    pub(crate) async fn run_op(self: &Arc<Self>, op: Op) -> OpReply {
-        let op = match self.take_slot_or_queue(op) {
-            Ok(op) => op,
-            Err(reply) => {
-                // `response_timeout` bounds the operation from when it was asked for, also
-                // while it waits for a call to go out with (a queued operation whose caller
-                // gave up is not sent at all; one already sent is given back by its caller,
-                // like any operation whose reply did not come)
-                let timeout = self.config.response_timeout();
-                return match tokio::time::timeout(timeout, reply).await {
-                    Ok(Ok(reply)) => reply,
-                    Ok(Err(_)) => Err(LockError::new(
-                        ErrorKind::Backend,
-                        "the lock service stopped before Redis answered",
-                    )),
-                    Err(_) => Err(LockError::new(
-                        ErrorKind::Backend,
-                        format!(
-                            "redis did not answer within {timeout:?} (redis.response_timeout): \
-                             the calls before this one were still on their way"
-                        ),
-                    )),
-                };
-            }
-        };
-        // (built only when a slot was taken: dropping a Slot frees one)
-        let _slot = (!self.backend.is_cluster()).then(|| Slot { inner: self });
-        let ops = [op];
-        let mut replies = self.send_ops(&ops).await;
-        replies
-            .pop()
-            .unwrap_or_else(|| Err(bad_batch(&ops, "no reply")))
+    ///
+    /// The slot is taken (or the operation queued) when this is called, not when the future
+    /// is first polled; the future holds the operation once (an `async fn` would hold it twice,
+    /// as its argument and as what it sends, and every lock operation's future carries this
+    /// one).
+    pub(crate) fn run_op(
+        self: &Arc<Self>,
+        op: Op,
+    ) -> impl std::future::Future<Output = OpReply> + Send + '_ {
+        let mut taken = self.take_slot_or_queue(op);
+        // (built only when a slot was taken: dropping a Slot frees one, also when this future
+        // is dropped before it is polled)
+        let slot = (taken.is_ok() && !self.backend.is_cluster()).then(|| Slot { inner: self });
+        async move {
+            let _slot = slot;
+            let op = match &mut taken {
+                Ok(op) => &*op,
+                Err(reply) => {
+                    // `response_timeout` bounds the operation from when it was asked for,
+                    // also while it waits for a call to go out with (a queued operation whose
+                    // caller gave up is not sent at all; one already sent is given back by its
+                    // caller, like any operation whose reply did not come)
+                    let timeout = self.config.response_timeout();
+                    return match tokio::time::timeout(timeout, reply).await {
+                        Ok(Ok(reply)) => reply,
+                        Ok(Err(_)) => Err(LockError::new(
+                            ErrorKind::Backend,
+                            "the lock service stopped before Redis answered",
+                        )),
+                        Err(_) => Err(LockError::new(
+                            ErrorKind::Backend,
+                            format!(
+                                "redis did not answer within {timeout:?} \
+                                 (redis.response_timeout): the calls before this one were \
+                                 still on their way"
+                            ),
+                        )),
+                    };
+                }
+            };
+            let ops = std::slice::from_ref(op);
+            let mut replies = self.send_ops(ops).await;
+            replies
+                .pop()
+                .unwrap_or_else(|| Err(bad_batch(ops, "no reply")))
+        }
     }
 
     /// Takes a slot and gives `op` back to be sent now, or queues it for the next call.
@@ -311,4 +325,49 @@ fn bad_batch(ops: &[Op], why: &str) -> LockError {
             ops.len()
         ),
     )
+}
+
+#[cfg(all(test, feature = "testing"))]
+mod tests {
+    use std::time::Duration;
+
+    use super::super::ids::new_grant_id;
+    use super::super::target::Target;
+    use super::*;
+    use crate::kinds::mutex::{LAYOUT, MUTEX};
+
+    /// A release of a grant nobody holds (Redis replies "not held": harmless).
+    fn release(engine: &Engine) -> Op {
+        let names = engine.names(LAYOUT.namespace, "batch-slots").unwrap();
+        Op::Release {
+            target: Target::new(&MUTEX, names),
+            owner: "o".into(),
+            grant: new_grant_id(),
+            next: None,
+            in_turn: false,
+            keep_until: None,
+        }
+    }
+
+    /// `run_op` takes its call slot when it is called: a future of it dropped before it was
+    /// polled must give the slot back, or every later operation of the service would queue
+    /// behind calls that never come back.
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn an_operation_dropped_before_it_ran_gives_its_slot_back() {
+        let server = crate::testing::RedisServer::start().await.unwrap();
+        let config = server
+            .config()
+            .with_response_timeout(Duration::from_secs(2));
+        let locks = crate::LockService::connect(config).await.unwrap();
+        let engine = &locks.inner;
+        for _ in 0..2 * (super::super::batcher::IN_FLIGHT + 1) {
+            drop(engine.run_op(release(engine)));
+        }
+        let reply = engine
+            .run_op(release(engine))
+            .await
+            .expect("sent, not queued");
+        assert_eq!(reply.reply, [0, 0, 0], "not held");
+        locks.shutdown().await.unwrap();
+    }
 }

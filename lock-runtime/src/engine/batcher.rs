@@ -16,7 +16,7 @@ use crate::error::LockError;
 
 /// Script calls on their way at once before operations queue: two keep Redis busy with one
 /// while the client reads the other.
-const IN_FLIGHT: usize = 2;
+pub(super) const IN_FLIGHT: usize = 2;
 /// More calls that may be on their way for releases that hand the lock to a waiter of this
 /// service, on a multi-thread runtime: such a release is what its waiter waits for, so it does
 /// not wait for a call to come back first (with four permits of a semaphore changing hands at
