@@ -233,56 +233,99 @@ impl Engine {
             "acquire/release"
         };
         let result = if ops.iter().any(Op::grants) {
-            self.backend.run_synced::<Vec<Value>>(what, &call).await
+            self.backend.run_synced::<Value>(what, &call).await
         } else {
             self.backend
-                .run::<Vec<Value>>(what, &call)
+                .run::<Value>(what, &call)
                 .await
                 .map(|reply| Synced {
                     reply,
                     acknowledged: true,
                 })
         };
-        match result {
-            Ok(synced) if synced.reply.len() == ops.len() * 3 => synced
-                .reply
+        let synced = match result {
+            Ok(synced) => synced,
+            Err(e) => return ops.iter().map(|_| Err(e.duplicate())).collect(),
+        };
+        let acknowledged = synced.acknowledged;
+        let with_ack = |reply: Result<[i64; 3], LockError>| {
+            reply.map(|reply| Synced {
+                reply,
+                acknowledged,
+            })
+        };
+        match synced.reply {
+            // every operation ran: their values as decimal texts separated by spaces
+            // (reply.lua)
+            Value::BulkString(text) => {
+                let values: Vec<&[u8]> = text.split(|b| *b == b' ').collect();
+                if values.len() != ops.len() * 3 {
+                    let why = format!("{} values", values.len());
+                    return ops.iter().map(|_| Err(bad_batch(ops, &why))).collect();
+                }
+                values
+                    .chunks_exact(3)
+                    .zip(ops)
+                    .map(|(texts, op)| with_ack(op_reply_texts(texts, op)))
+                    .collect()
+            }
+            Value::Array(values) if values.len() == ops.len() * 3 => values
                 .chunks_exact(3)
                 .zip(ops)
-                .map(|(values, op)| {
-                    op_reply(values, op).map(|reply| Synced {
-                        reply,
-                        acknowledged: synced.acknowledged,
-                    })
-                })
+                .map(|(values, op)| with_ack(op_reply(values, op)))
                 .collect(),
-            Ok(synced) => {
-                let why = format!("{} replies", synced.reply.len());
+            other => {
+                let why = match other {
+                    Value::Array(values) => format!("{} replies", values.len()),
+                    other => format!("{other:?}"),
+                };
                 ops.iter().map(|_| Err(bad_batch(ops, &why))).collect()
             }
-            Err(e) => ops.iter().map(|_| Err(e.duplicate())).collect(),
         }
     }
 }
 
-/// The three elements of the `ops.lua` reply for one operation: its values (integers, tokens as
-/// decimal text), or `-1, message` when it failed.
-fn op_reply(values: &[Value], op: &Op) -> Result<[i64; 3], LockError> {
+/// An operation's failure: `why`, on its lock.
+fn op_failed(op: &Op, why: String) -> LockError {
     let user = &op.names().user;
-    let failed = |why: String| {
-        LockError::new(
-            ErrorKind::Backend,
-            format!("redis lock operation on `{user}` failed: {why}"),
-        )
-        .with_key(user)
-    };
+    LockError::new(
+        ErrorKind::Backend,
+        format!("redis lock operation on `{user}` failed: {why}"),
+    )
+    .with_key(user)
+}
+
+/// The three values of one operation in a reply of decimal texts (see `reply.lua`).
+fn op_reply_texts(texts: &[&[u8]], op: &Op) -> Result<[i64; 3], LockError> {
+    let mut reply = [0; 3];
+    for (slot, text) in reply.iter_mut().zip(texts) {
+        *slot = std::str::from_utf8(text)
+            .ok()
+            .and_then(|text| text.parse().ok())
+            .ok_or_else(|| {
+                op_failed(
+                    op,
+                    format!("unexpected reply value {:?}", String::from_utf8_lossy(text)),
+                )
+            })?;
+    }
+    Ok(reply)
+}
+
+/// The three elements of the `ops.lua` reply for one operation when the reply is an array:
+/// its values (integers, tokens as decimal text), or `-1, message` when it failed.
+fn op_reply(values: &[Value], op: &Op) -> Result<[i64; 3], LockError> {
     if let [Value::Int(-2), ..] = values {
         return Err(not_run(op));
     }
     if let [Value::Int(-1), message, _] = values {
-        return Err(failed(match message {
-            Value::BulkString(bytes) => String::from_utf8_lossy(bytes).into_owned(),
-            other => format!("{other:?}"),
-        }));
+        return Err(op_failed(
+            op,
+            match message {
+                Value::BulkString(bytes) => String::from_utf8_lossy(bytes).into_owned(),
+                other => format!("{other:?}"),
+            },
+        ));
     }
     let mut reply = [0; 3];
     for (slot, value) in reply.iter_mut().zip(values) {
@@ -291,8 +334,10 @@ fn op_reply(values: &[Value], op: &Op) -> Result<[i64; 3], LockError> {
             Value::BulkString(digits) => std::str::from_utf8(digits)
                 .ok()
                 .and_then(|text| text.parse().ok())
-                .ok_or_else(|| failed(format!("unexpected reply element {value:?}")))?,
-            other => return Err(failed(format!("unexpected reply element {other:?}"))),
+                .ok_or_else(|| op_failed(op, format!("unexpected reply element {value:?}")))?,
+            other => {
+                return Err(op_failed(op, format!("unexpected reply element {other:?}")));
+            }
         };
     }
     Ok(reply)

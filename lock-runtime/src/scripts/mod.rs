@@ -64,7 +64,7 @@ pub(crate) struct Function {
 }
 
 /// The operations of the kind whose Lua is `kind_lua`, with a service's settings: `clock.lua`,
-/// the kind's `kind_first` part (its common operations done before the rest is defined, see
+/// `reply.lua`, the kind's `kind_first` part (its common operations done before the rest is defined, see
 /// [`Kind::lua_first`](crate::engine::Kind)), `prelude.lua`, the kind's functions and `ops.lua`,
 /// with every `$` name replaced by its literal (see `prelude.lua`). Services with the same
 /// settings share one script. In the Function form the definitions come first and run once;
@@ -134,7 +134,7 @@ pub(crate) fn ops(
     let (first_declared, first_per_call) = kind_first
         .split_once("\n--@call\n")
         .unwrap_or(("", kind_first));
-    let clock = include_str!("clock.lua");
+    let clock = [include_str!("clock.lua"), include_str!("reply.lua")].concat();
     let prelude = include_str!("prelude.lua");
     let kind = kind_lua.concat();
     let (ops_declared, per_call) = include_str!("ops.lua")
@@ -142,7 +142,7 @@ pub(crate) fn ops(
         .expect("ops.lua has a --@call line");
     let script = Script::new(&with_literals(
         [
-            clock,
+            &clock,
             first_declared,
             "\n",
             first_per_call,
@@ -359,6 +359,6 @@ mod tests {
                 .all(|l| !l.contains("ARGV") && !l.contains("KEYS"))
         );
         assert!(per_call.contains("service, sent = ARGV[1], ARGV[2]"));
-        assert!(per_call.ends_with("return replies\n\nend)\n"));
+        assert!(per_call.ends_with("return reply_of(replies)\n\nend)\n"));
     }
 }

@@ -31,10 +31,11 @@
 -- 0 (still held by other grants of the owner) | 2, yielded, 0 (freed; 1: the next turn went to
 -- another service) | 3, token, 0 (handed to the next owner). A token is an integer or its
 -- decimal text.
--- Reply: three elements per operation, in order: the values its function returned, or -1,
+-- Reply: three values per operation, in order: the values its function returned, or -1,
 -- error message, 0 when it failed (a failed operation does not stop the others, and fails
--- before it writes anything). One flat array: a table per operation would cost Redis more than
--- the operation. What comes before the `--@call` line declares; what follows runs on every call
+-- before it writes anything). When every operation ran, one string of the values as decimal
+-- texts separated by spaces (see reply.lua); else one flat array of them: a table per
+-- operation would cost Redis more than the operation. What comes before the `--@call` line declares; what follows runs on every call
 -- (see fast.lua).
 
 -- 'grant|owner' as grant id, owner field ('' as '', '').
@@ -63,10 +64,10 @@ service, sent = ARGV[1], ARGV[2]
 if #KEYS == $KEYS then
   -- a lone caller's operation, the common case when there is no load: a failure fails the call,
   -- which is its failure alone, so it goes without the loop and pcall
-  return {run_op(KEYS, ARGV, 1, 3)}
+  return reply_of({run_op(KEYS, ARGV, 1, 3)})
 end
 local replies = {}
-local stopped = false
+local stopped, failed = false, false
 for i = 1, #KEYS / $KEYS do
   local k, a, n = i * $KEYS - ($KEYS - 1), i * $ARGS - ($ARGS - 3), i * 3
   local ok, code, x, y = true, nil, nil, nil
@@ -86,6 +87,10 @@ for i = 1, #KEYS / $KEYS do
   if ARGV[a] == 'A' and code ~= 1 and code ~= 2 then
     stopped = true
   end
+  failed = failed or code == -1 or code == -2
   replies[n - 2], replies[n - 1], replies[n] = code, x, y
 end
-return replies
+if failed then
+  return replies
+end
+return reply_of(replies)

@@ -55,6 +55,7 @@ read_first = nil
 if #KEYS == $KEYS then
   local code, x, y = fast_op(KEYS, 1, ARGV, 3)
   if code then
-    return {code, x, y}
+    -- (code 1 with a token's text, or 2, 0, 0: as reply_of in reply.lua makes it)
+    return code .. ' ' .. x .. ' ' .. y
   end
 end
