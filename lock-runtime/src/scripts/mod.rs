@@ -359,6 +359,6 @@ mod tests {
                 .all(|l| !l.contains("ARGV") && !l.contains("KEYS"))
         );
         assert!(per_call.contains("service, sent = ARGV[1], ARGV[2]"));
-        assert!(per_call.ends_with("return reply_of(replies)\n\nend)\n"));
+        assert!(per_call.ends_with("return table.concat(replies, ' ')\n\nend)\n"));
     }
 }

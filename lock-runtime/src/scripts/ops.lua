@@ -64,7 +64,7 @@ service, sent = ARGV[1], ARGV[2]
 if #KEYS == $KEYS then
   -- a lone caller's operation, the common case when there is no load: a failure fails the call,
   -- which is its failure alone, so it goes without the loop and pcall
-  return reply_of({run_op(KEYS, ARGV, 1, 3)})
+  return reply_of(run_op(KEYS, ARGV, 1, 3))
 end
 local replies = {}
 local stopped, failed = false, false
@@ -87,10 +87,19 @@ for i = 1, #KEYS / $KEYS do
   if ARGV[a] == 'A' and code ~= 1 and code ~= 2 then
     stopped = true
   end
-  failed = failed or code == -1 or code == -2
-  replies[n - 2], replies[n - 1], replies[n] = code, x, y
+  -- as text for the reply of one string (reply.lua), unless the call replies an array
+  -- (the common values without a function call: a small code, a token's text, a small y)
+  local tc = reply_digits[code] or reply_text(code)
+  local tx = type(x) == 'string' and x or reply_text(x)
+  local ty = reply_digits[y] or reply_text(y)
+  if code == -1 or code == -2 or not (tc and tx and ty) then
+    failed = true
+    replies[n - 2], replies[n - 1], replies[n] = code, x, y
+  else
+    replies[n - 2], replies[n - 1], replies[n] = tc, tx, ty
+  end
 end
 if failed then
   return replies
 end
-return reply_of(replies)
+return table.concat(replies, ' ')
