@@ -173,7 +173,8 @@ impl Engine {
             None => call.arg(""),
         };
         // per operation (see ops.lua): its code, 'grant|owner', two more, and the kind's extra
-        // for a kind that has one (a release sends '' there)
+        // for a kind that has one (a release sends '' there); a plain release ('x') its code
+        // and 'grant|owner' only
         for op in ops {
             match op {
                 Op::Acquire {
@@ -209,6 +210,11 @@ impl Engine {
                         let left = until.saturating_duration_since(std::time::Instant::now());
                         u64::try_from(left.as_millis()).unwrap_or(u64::MAX)
                     });
+                    if next.is_none() && keep == 0 && !*in_turn {
+                        // the common release: two arguments
+                        call.arg("x").arg_joined(&[grant, "|", owner]);
+                        continue;
+                    }
                     call.arg(if *in_turn { "k" } else { "r" })
                         .arg_joined(&[grant, "|", owner]);
                     match next {

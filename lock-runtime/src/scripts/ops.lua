@@ -10,7 +10,7 @@
 -- ARGV[1] service id; ARGV[2] when the client sent the call, in microseconds of its own clock (a
 -- mutex waiter registered by the call may be granted the lock by another service's release,
 -- which tells it how long after this send time that happened: see kinds/mutex/value.lua), or ''
--- when its waiters must not be granted that way; then $ARGS per operation (an owner and the
+-- when its waiters must not be granted that way; then $ARGS per operation, 2 for 'x' (an owner and the
 -- grant id go as one argument, '<grant id>|<owner field>', the tail of the value a mutex grant
 -- stores; a grant id is hex, so the first '|' ends it):
 --   'a', grant|owner, lease in ms, waiter horizon in ms[, kind's extra]  (acquire; the extra
@@ -24,6 +24,8 @@
 --        extra>': the release sees whether its request fits)
 --   'k': like 'r', in the releasing service's turn: a kind that hands off gives the lock to the
 --        next owner even when other services wait (the release function's `in_turn`)
+--   'x', grant|owner: a plain release, two arguments only: like 'r' with no next owner and a
+--        lease of 0 (free the lock now), the common release
 -- Every kind's acquire replies 1, token, 0 (granted) | 2, token, n (the owner holds it under
 -- this grant id) | 0, ms, room (not now; look again in about ms; room > 0: another request
 -- might be granted now, so the waiter behind may try: permits left free, a reader kept out
@@ -50,14 +52,18 @@ end
 -- The operation whose keys start at keys[k] and whose arguments at argv[a], by the kind's
 -- general functions.
 local function run_op(keys, argv, k, a)
+  local op = argv[a]
   local grant, owner = split_tail(argv[a + 1])
-  if argv[a] ~= 'r' and argv[a] ~= 'k' then
+  if op == 'x' then
+    return release(keys[k], keys[k + 1], $QUEUE_K, $FOURTH_K, owner, grant, '', '', '0', false)
+  end
+  if op ~= 'r' and op ~= 'k' then
     return acquire(keys[k], keys[k + 1], $QUEUE_K, $FOURTH_K, owner, grant, argv[a + 2],
-      argv[a + 3], $EXTRA_A, argv[a] == 'f')
+      argv[a + 3], $EXTRA_A, op == 'f')
   end
   local next_id, next_owner = split_tail(argv[a + 2])
   return release(keys[k], keys[k + 1], $QUEUE_K, $FOURTH_K, owner, grant, next_owner, next_id,
-    argv[a + 3], argv[a] == 'k')
+    argv[a + 3], op == 'k')
 end
 --@call
 service, sent = ARGV[1], ARGV[2]
@@ -68,8 +74,9 @@ if #KEYS == $KEYS then
 end
 local replies = {}
 local stopped, failed = false, false
+local a = 3
 for i = 1, #KEYS / $KEYS do
-  local k, a, n = i * $KEYS - ($KEYS - 1), i * $ARGS - ($ARGS - 3), i * 3
+  local k, n = i * $KEYS - ($KEYS - 1), i * 3
   local ok, code, x, y = true, nil, nil, nil
   if stopped then
     code, x, y = -2, 'not run', 0
@@ -84,8 +91,15 @@ for i = 1, #KEYS / $KEYS do
     -- a failed redis.call raises its error as a string (a table with `err` before Redis 7)
     code, x, y = -1, type(code) == 'table' and code.err or tostring(code), 0
   end
-  if ARGV[a] == 'A' and code ~= 1 and code ~= 2 then
+  local op = ARGV[a]
+  if op == 'A' and code ~= 1 and code ~= 2 then
     stopped = true
+  end
+  -- the next operation's arguments
+  if op == 'x' then
+    a = a + 2
+  else
+    a = a + $ARGS
   end
   -- as text for the reply of one string (reply.lua), unless the call replies an array
   -- (the common values without a function call: a small code, a token's text, a small y)

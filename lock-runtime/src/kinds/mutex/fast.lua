@@ -37,8 +37,8 @@ local function fast_op(keys, k, argv, a)
       return 1, token, 0
     end
     argv[a] = 'a'
-  elseif (op == 'r' or op == 'k') and argv[a + 2] == '' and
-    (argv[a + 3] == '0' or argv[a + 3] == '')
+  elseif op == 'x' or ((op == 'r' or op == 'k') and argv[a + 2] == '' and
+    (argv[a + 3] == '0' or argv[a + 3] == ''))
   then
     local v = redis.call('get', keys[k])
     if v and string.sub(v, 1, 1) == 'H' and string.sub(v, 18) == argv[a + 1] then
