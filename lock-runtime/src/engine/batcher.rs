@@ -159,6 +159,14 @@ impl Batcher {
         }
         // the operations of the first one's kind, in order (one script runs them)
         let kind = state.queued[0].0.kind();
+        if state.queued.len() <= MAX_OPS && state.queued.iter().all(|(op, _)| op.kind() == kind) {
+            // all of them (the common case): the queue as it is, and a new one as large
+            let capacity = state.queued.capacity();
+            return Some(std::mem::replace(
+                &mut state.queued,
+                Vec::with_capacity(capacity),
+            ));
+        }
         let mut batch = Vec::new();
         let mut rest = Vec::new();
         for queued in state.queued.drain(..) {
