@@ -198,59 +198,63 @@ fn reason_index(reason: LossReason) -> usize {
     }
 }
 
-/// The one label `name`=`value`, made and kept for the process on first use (the labels of
-/// the per-call metrics: a script's name, a kind), looked up in a per-thread cache after that.
+/// Labels made once and kept for the process (leaked: a bounded number, see [`labels`]):
+/// `key`'s from `made` (shared, behind a lock), after the first look from this thread's copy
+/// in `seen` (no lock).
+#[cfg(feature = "metrics")]
+fn kept<K, V>(
+    made: &std::sync::Mutex<Option<std::collections::HashMap<K, &'static V>>>,
+    seen: &'static std::thread::LocalKey<
+        std::cell::RefCell<std::collections::HashMap<K, &'static V>>,
+    >,
+    key: K,
+    make: impl FnOnce() -> V,
+) -> &'static V
+where
+    K: std::hash::Hash + Eq + Copy,
+    V: Sync + 'static,
+{
+    seen.with(|seen| {
+        if let Some(value) = seen.borrow().get(&key) {
+            return *value;
+        }
+        let mut made = made.lock().unwrap_or_else(|p| p.into_inner());
+        let value = *made
+            .get_or_insert_with(std::collections::HashMap::new)
+            .entry(key)
+            .or_insert_with(|| Box::leak(Box::new(make())));
+        seen.borrow_mut().insert(key, value);
+        value
+    })
+}
+
+/// The one label `name`=`value` (the per-call metrics' labels: a script's name, a kind).
 #[cfg(feature = "metrics")]
 fn single(name: &'static str, value: &'static str) -> &'static [metrics::Label; 1] {
     use std::cell::RefCell;
     use std::collections::HashMap;
-    use std::sync::Mutex;
     type Made = HashMap<(&'static str, &'static str), &'static [metrics::Label; 1]>;
-    static MADE: Mutex<Option<Made>> = Mutex::new(None);
+    static MADE: std::sync::Mutex<Option<Made>> = std::sync::Mutex::new(None);
     thread_local! {
         static SEEN: RefCell<Made> = RefCell::new(HashMap::new());
     }
-    SEEN.with(|seen| {
-        if let Some(label) = seen.borrow().get(&(name, value)) {
-            return *label;
-        }
-        let mut made = MADE.lock().unwrap_or_else(|p| p.into_inner());
-        let label = *made
-            .get_or_insert_with(HashMap::new)
-            .entry((name, value))
-            .or_insert_with(|| {
-                Box::leak(Box::new([metrics::Label::from_static_parts(name, value)]))
-            });
-        seen.borrow_mut().insert((name, value), label);
-        label
+    kept(&MADE, &SEEN, (name, value), || {
+        [metrics::Label::from_static_parts(name, value)]
     })
 }
 
-/// The labels of `mode` and `key`: made and kept for the process on first use (one per kind
-/// and `key` label, a bounded number: templates and metric labels, never raw keys), looked up
-/// in a per-thread cache after that.
+/// The labels of `mode` and `key`, one set per kind and `key` label: a bounded number
+/// (templates and metric labels, never raw keys).
 #[cfg(feature = "metrics")]
 fn labels(mode: HoldMode, key: &'static str) -> &'static Labels {
     use std::cell::RefCell;
     use std::collections::HashMap;
-    use std::sync::Mutex;
     type Made = HashMap<(HoldMode, &'static str), &'static Labels>;
-    static MADE: Mutex<Option<Made>> = Mutex::new(None);
+    static MADE: std::sync::Mutex<Option<Made>> = std::sync::Mutex::new(None);
     thread_local! {
         static SEEN: RefCell<Made> = RefCell::new(HashMap::new());
     }
-    SEEN.with(|seen| {
-        if let Some(labels) = seen.borrow().get(&(mode, key)) {
-            return *labels;
-        }
-        let mut made = MADE.lock().unwrap_or_else(|p| p.into_inner());
-        let labels = *made
-            .get_or_insert_with(HashMap::new)
-            .entry((mode, key))
-            .or_insert_with(|| Box::leak(Box::new(Labels::new(mode, key))));
-        seen.borrow_mut().insert((mode, key), labels);
-        labels
-    })
+    kept(&MADE, &SEEN, (mode, key), || Labels::new(mode, key))
 }
 
 #[cfg(feature = "metrics")]

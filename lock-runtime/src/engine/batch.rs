@@ -264,7 +264,8 @@ impl Engine {
             // every operation ran: their values as decimal texts separated by spaces
             // (reply.lua)
             Value::BulkString(text) => {
-                let values: Vec<&[u8]> = text.split(|b| *b == b' ').collect();
+                let mut values: Vec<&[u8]> = Vec::with_capacity(ops.len() * 3);
+                values.extend(text.split(|b| *b == b' '));
                 if values.len() != ops.len() * 3 {
                     let why = format!("{} values", values.len());
                     return ops.iter().map(|_| Err(bad_batch(ops, &why))).collect();

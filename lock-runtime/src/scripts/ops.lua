@@ -10,9 +10,9 @@
 -- ARGV[1] service id; ARGV[2] when the client sent the call, in microseconds of its own clock (a
 -- mutex waiter registered by the call may be granted the lock by another service's release,
 -- which tells it how long after this send time that happened: see kinds/mutex/value.lua), or ''
--- when its waiters must not be granted that way; then $ARGS per operation, 2 for 'x' (an owner and the
--- grant id go as one argument, '<grant id>|<owner field>', the tail of the value a mutex grant
--- stores; a grant id is hex, so the first '|' ends it):
+-- when its waiters must not be granted that way; then $ARGS per operation, 2 for 'x' (an owner
+-- and the grant id go as one argument, '<grant id>|<owner field>', the tail of the value a
+-- mutex grant stores; a grant id is hex, so the first '|' ends it):
 --   'a', grant|owner, lease in ms, waiter horizon in ms[, kind's extra]  (acquire; the extra
 --        only for a kind that has one, engine/kind.rs)
 --   'A': like 'a', but the run stops at this operation when it is not granted (or fails): the
@@ -37,8 +37,8 @@
 -- error message, 0 when it failed (a failed operation does not stop the others, and fails
 -- before it writes anything). When every operation ran, one string of the values as decimal
 -- texts separated by spaces (see reply.lua); else one flat array of them: a table per
--- operation would cost Redis more than the operation. What comes before the `--@call` line declares; what follows runs on every call
--- (see fast.lua).
+-- operation would cost Redis more than the operation. What comes before the `--@call` line
+-- declares; what follows runs on every call (see fast.lua).
 
 -- 'grant|owner' as grant id, owner field ('' as '', '').
 local function split_tail(tail)
