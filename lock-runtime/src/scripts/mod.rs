@@ -64,11 +64,11 @@ pub(crate) struct Function {
 }
 
 /// The operations of the kind whose Lua is `kind_lua`, with a service's settings: `clock.lua`,
-/// `reply.lua`, the kind's `kind_first` part (its common operations done before the rest is defined, see
-/// [`Kind::lua_first`](crate::engine::Kind)), `prelude.lua`, the kind's functions and `ops.lua`,
-/// with every `$` name replaced by its literal (see `prelude.lua`). Services with the same
-/// settings share one script. In the Function form the definitions come first and run once;
-/// the registered function runs the per-call parts: the clock's reset and the parts of
+/// `reply.lua`, the kind's `kind_first` part (its common operations done before the rest is
+/// defined, see [`Kind::lua_first`](crate::engine::Kind)), `prelude.lua`, the kind's functions
+/// and `ops.lua`, with every `$` name replaced by its literal (see `prelude.lua`). Services with
+/// the same settings share one script. In the Function form the definitions come first and run
+/// once; the registered function runs the per-call parts: the clock's reset and the parts of
 /// `kind_first` and `ops.lua` after their `--@call` lines. `fourth_key`: the suffix of the
 /// kind's fourth key after the lock key, if it has one; `extra_arg`: the kind's acquires carry
 /// an extra argument (five per operation, else four). `declare_all` (Redis Cluster): every key
