@@ -17,7 +17,7 @@ use std::sync::atomic::{AtomicI64, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
-use common::{Fixture, Worker, acquire_op, eventually, script_call, script_calls};
+use common::{Fixture, Worker, eventually, script_call, script_calls};
 use lock_runtime::{
     ErrorKind, LockConfig, LockError, LockKind, LockService, Topology as LockTopology,
 };
@@ -587,8 +587,7 @@ async fn a_waiter_makes_no_calls_while_it_waits() {
     }
     // the lock operations (acquires and releases) from here on
     let operations = common::Monitor::start(fx.topo().master_port(), |line: &str| {
-        common::script_call(line)
-            && (common::acquire_op(line) || line.contains(" \"r\" ") || line.contains(" \"k\" "))
+        common::script_call(line) && (common::acquire_op(line) || common::release_op(line))
     })
     .await;
     // the window under test: the waiter waits 2 s for a release
@@ -1071,10 +1070,10 @@ async fn a_release_wakes_a_smaller_request_behind_a_larger_one() {
     let fx = Fixture::single().await;
     let (a, b) = (fx.service(LONG).await, fx.service(LONG).await);
     let name = unique_key("sem-behind");
-    let hash = format!("\"{}\"", sem_hash(&name));
-    let attempts = common::Monitor::start(fx.node_for(&sem_hash(&name)), move |line: &str| {
-        script_call(line) && line.contains(&hash) && acquire_op(line)
-    })
+    let attempts = common::Monitor::start(
+        fx.node_for(&sem_hash(&name)),
+        common::acquires_naming(&sem_hash(&name)),
+    )
     .await;
     let sa = a.semaphore(&name, 2);
     let first = sa.acquire().lease(LONG).await.unwrap();
@@ -1277,10 +1276,10 @@ async fn releases_hand_permits_to_the_waiters_of_their_service() {
     let fx = Fixture::single().await;
     let service = fx.service(LONG).await;
     let name = unique_key("sem-hand-off");
-    let hash = format!("\"{}\"", sem_hash(&name));
-    let attempts = common::Monitor::start(fx.node_for(&sem_hash(&name)), move |line: &str| {
-        common::script_call(line) && line.contains(&hash) && common::acquire_op(line)
-    })
+    let attempts = common::Monitor::start(
+        fx.node_for(&sem_hash(&name)),
+        common::acquires_naming(&sem_hash(&name)),
+    )
     .await;
     let sem = service.semaphore(&name, 4);
     let mut holders = Vec::new();

@@ -608,12 +608,24 @@ pub fn acquire_op(line: &str) -> bool {
     line.contains(" \"a\" ") || line.contains(" \"f\" ")
 }
 
-/// A `MONITOR` filter: the lock operations (`ops.lua`) that acquire the lock `key` - a script
-/// call ([`script_call`]) naming the lock key itself with an acquire operation
-/// ([`acquire_op`]).
-pub fn acquires_of(key: &str) -> impl Fn(&str) -> bool + Send + 'static {
-    let lock = format!("\"{}\"", lock_key(key));
-    move |line: &str| script_call(line) && line.contains(&lock) && acquire_op(line)
+/// Whether a `MONITOR` line carries a release operation of `ops.lua`: `"r"`, `"k"` (in the
+/// releasing service's turn) or `"x"` (a plain release: no next owner, nothing kept).
+pub fn release_op(line: &str) -> bool {
+    line.contains(" \"r\" ") || line.contains(" \"k\" ") || line.contains(" \"x\" ")
+}
+
+/// A `MONITOR` filter: the lock operations (`ops.lua`) that acquire the mutex `key` (see
+/// [`acquires_naming`]).
+pub fn acquires_of(key: &str) -> impl Fn(&str) -> bool + Send + use<> {
+    acquires_naming(&lock_key(key))
+}
+
+/// A `MONITOR` filter: the lock operations (`ops.lua`) that acquire the lock whose Redis key is
+/// `redis_key` (a mutex's, a semaphore's hash) - a script call ([`script_call`]) naming that key
+/// itself with an acquire operation ([`acquire_op`]).
+pub fn acquires_naming(redis_key: &str) -> impl Fn(&str) -> bool + Send + use<> {
+    let quoted = format!("\"{redis_key}\"");
+    move |line: &str| script_call(line) && line.contains(&quoted) && acquire_op(line)
 }
 
 /// One `#[tokio::test]` per body and topology, in a module per topology (`single`,

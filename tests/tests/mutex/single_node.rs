@@ -579,7 +579,7 @@ async fn a_failed_operation_fails_alone_also_in_a_shared_call() {
         // (an ops call: an acquire or release; not the commands its Lua runs, nor a `leave`)
         move |line: &str| {
             script_call(line)
-                && (acquire_op(line) || line.contains(" \"r\" "))
+                && (acquire_op(line) || crate::common::release_op(line))
                 && names.iter().any(|n| line.contains(n))
         }
     })
