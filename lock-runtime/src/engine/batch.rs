@@ -302,19 +302,21 @@ fn op_failed(op: &Op, why: String) -> LockError {
     .with_key(user)
 }
 
+/// An integer written as decimal text (a token, a reply value of `reply.lua`).
+fn decimal(text: &[u8]) -> Option<i64> {
+    std::str::from_utf8(text).ok()?.parse().ok()
+}
+
 /// The three values of one operation in a reply of decimal texts (see `reply.lua`).
 fn op_reply_texts(texts: &[&[u8]], op: &Op) -> Result<[i64; 3], LockError> {
     let mut reply = [0; 3];
     for (slot, text) in reply.iter_mut().zip(texts) {
-        *slot = std::str::from_utf8(text)
-            .ok()
-            .and_then(|text| text.parse().ok())
-            .ok_or_else(|| {
-                op_failed(
-                    op,
-                    format!("unexpected reply value {:?}", String::from_utf8_lossy(text)),
-                )
-            })?;
+        *slot = decimal(text).ok_or_else(|| {
+            op_failed(
+                op,
+                format!("unexpected reply value {:?}", String::from_utf8_lossy(text)),
+            )
+        })?;
     }
     Ok(reply)
 }
@@ -338,9 +340,7 @@ fn op_reply(values: &[Value], op: &Op) -> Result<[i64; 3], LockError> {
     for (slot, value) in reply.iter_mut().zip(values) {
         *slot = match value {
             Value::Int(n) => *n,
-            Value::BulkString(digits) => std::str::from_utf8(digits)
-                .ok()
-                .and_then(|text| text.parse().ok())
+            Value::BulkString(digits) => decimal(digits)
                 .ok_or_else(|| op_failed(op, format!("unexpected reply element {value:?}")))?,
             other => {
                 return Err(op_failed(op, format!("unexpected reply element {other:?}")));

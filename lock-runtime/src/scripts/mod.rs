@@ -134,7 +134,8 @@ pub(crate) fn ops(
     let (first_declared, first_per_call) = kind_first
         .split_once("\n--@call\n")
         .unwrap_or(("", kind_first));
-    let clock = [include_str!("clock.lua"), include_str!("reply.lua")].concat();
+    // the parts every call shares: the clock and tokens, and how the reply is written
+    let shared = [include_str!("clock.lua"), include_str!("reply.lua")].concat();
     let prelude = include_str!("prelude.lua");
     let kind = kind_lua.concat();
     let (ops_declared, per_call) = include_str!("ops.lua")
@@ -142,7 +143,7 @@ pub(crate) fn ops(
         .expect("ops.lua has a --@call line");
     let script = Script::new(&with_literals(
         [
-            &clock,
+            &shared,
             first_declared,
             "\n",
             first_per_call,
@@ -156,7 +157,7 @@ pub(crate) fn ops(
     ));
     let name = format!("lockrt_{}", script.get_hash());
     let library = with_literals(format!(
-        "#!lua name={name}\n{clock}{first_declared}\n{prelude}{kind}{ops_declared}\n\
+        "#!lua name={name}\n{shared}{first_declared}\n{prelude}{kind}{ops_declared}\n\
          redis.register_function('{name}', function(KEYS, ARGV)\n\
          time, clock_ms, drawn_key = nil, nil, nil\n{first_per_call}{per_call}\nend)\n"
     ));
