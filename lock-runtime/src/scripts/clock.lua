@@ -1,7 +1,8 @@
 -- The server clock, the lease check and the fencing tokens the scripts that set a lease share:
 -- the lock operations (ops.lua, after prelude.lua) and the kinds' renewals (renew.lua).
 -- scripts/mod.rs puts this first and replaces $MAX_LEASE with its literal; in the Function form
--- (one definition for every call) it resets `time`, `clock_ms` and `drawn_key` per call.
+-- (one definition for every call) it resets `time`, `clock_ms`, `clock_us_text` and `drawn_key`
+-- per call.
 
 -- The server clock (TIME's reply: seconds, microseconds), read once per run: grants of one run
 -- may share a reading, the counter keeps their tokens apart.
@@ -9,8 +10,22 @@ local time = nil
 -- That reading in ms, once a call asked for it (converting it costs two string-to-number
 -- parses).
 local clock_ms = nil
+-- That reading in microseconds as decimal text, once a call asked for it (`clock_us`).
+local clock_us_text = nil
 -- The fence counter this call drew its last token from, and that token (decimal text).
 local drawn_key, drawn_token = nil, nil
+
+-- The server clock in microseconds as decimal text, read and written once per call (every
+-- fresh token of a call starts from it).
+local function clock_us()
+  if not clock_us_text then
+    if not time then
+      time = redis.call('time')
+    end
+    clock_us_text = time[1] .. string.sub('00000' .. time[2], -6)
+  end
+  return clock_us_text
+end
 
 local function now_ms()
   if not clock_ms then
@@ -48,10 +63,7 @@ local function next_token(fence_key)
     token = string.format('%d', tonumber(drawn_token) + 1)
     redis.call('set', fence_key, token)
   else
-    if not time then
-      time = redis.call('time')
-    end
-    token = time[1] .. string.sub('00000' .. time[2], -6)
+    token = clock_us()
     local last = redis.call('set', fence_key, token, 'get')
     if last and (#last > #token or (#last == #token and last >= token)) then
       token = string.format('%d', tonumber(last) + 1)

@@ -159,7 +159,7 @@ pub(crate) fn ops(
     let library = with_literals(format!(
         "#!lua name={name}\n{shared}{first_declared}\n{prelude}{kind}{ops_declared}\n\
          redis.register_function('{name}', function(KEYS, ARGV)\n\
-         time, clock_ms, drawn_key = nil, nil, nil\n{first_per_call}{per_call}\nend)\n"
+         time, clock_ms, clock_us_text, drawn_key = nil, nil, nil, nil\n{first_per_call}{per_call}\nend)\n"
     ));
     Ops {
         script,
@@ -345,9 +345,9 @@ mod tests {
         // the fast path's state is declared before the functions that read it, reset per call
         let state = declared.find("local read_first = nil").unwrap();
         assert!(state < declared.find("local function release").unwrap());
-        assert!(
-            per_call.starts_with("time, clock_ms, drawn_key = nil, nil, nil\nread_first = nil\n")
-        );
+        assert!(per_call.starts_with(
+            "time, clock_ms, clock_us_text, drawn_key = nil, nil, nil, nil\nread_first = nil\n"
+        ));
         // a library that reads KEYS or ARGV when it is loaded fails to load
         let code = declared
             .lines()

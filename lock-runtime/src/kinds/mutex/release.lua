@@ -117,7 +117,7 @@ local function release(lock, fence_key, queue, heads, owner, grant_id, next_owne
     -- service is gone), it runs out like a turn. The target no longer waits; this service
     -- waits behind the others when a waiter of it is next.
     local token = next_token(fence_key)
-    local since = tonumber(time[1] .. string.sub('00000' .. time[2], -6)) - tonumber(noted)
+    local since = tonumber(clock_us()) - tonumber(noted)
     redis.call('zrem', queue, target)
     local state = 'H'
     if next_owner ~= '' then

@@ -57,7 +57,7 @@ local function note_head(heads, grant_id, lease_ms, owner, horizon_ms, registere
     return
   end
   local new = redis.call('hset', heads, service, grant_id .. ' ' .. lease_ms .. ' ' .. sent ..
-    ' ' .. time[1] .. string.sub('00000' .. time[2], -6) .. ' ' .. owner) == 1
+    ' ' .. clock_us() .. ' ' .. owner) == 1
   local expiry = horizon_ms + math.floor(horizon_ms / 4)
   if registered == 'new' then
     redis.call('pexpire', heads, expiry)
