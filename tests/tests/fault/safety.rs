@@ -534,6 +534,31 @@ async fn a_release_redis_finds_not_held_is_not_held() {
     assert_eq!(err.kind(), ErrorKind::NotHeld, "{err}");
 }
 
+/// A release that reaches Redis after the lock was force-unlocked and granted to another
+/// service frees nothing: it is `NotHeld` and the new holder keeps the lock. The two values
+/// differ only in their grant ids and owner fields, which have the same lengths: a release
+/// that compared less than the whole tail would free the other service's hold.
+#[tokio::test]
+async fn a_release_after_another_service_took_the_lock_frees_nothing() {
+    let fx = Fixture::single().await;
+    let (a, b, c) = (
+        fx.service(LONG).await,
+        fx.service(LONG).await,
+        fx.service(LONG).await,
+    );
+    let key = unique_key("taken-by-other");
+    let stale = a.lock(&key).await.unwrap();
+    assert!(b.force_unlock(&key).await.unwrap());
+    let holder = b.lock(&key).await.unwrap();
+    let err = stale.release().await.unwrap_err();
+    assert_eq!(err.kind(), ErrorKind::NotHeld, "{err}");
+    let busy = c.try_lock(&key).await.unwrap_err();
+    assert_eq!(busy.kind(), ErrorKind::Timeout, "{busy}");
+    assert!(!holder.is_lost());
+    holder.release().await.unwrap();
+    c.try_lock(&key).await.unwrap().release().await.unwrap();
+}
+
 /// A re-entry without a lease inside a hold with a short lease keeps the lock alive (the
 /// watchdog renews it while that guard lives), also past the outer lease.
 #[tokio::test]
