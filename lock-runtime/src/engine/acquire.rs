@@ -28,14 +28,17 @@ impl Engine {
     /// Acquires `target` for `owner`, waiting up to `wait` (`None`: until acquired), for a
     /// lock call made at `site`: a call that would wait for a guard a call from the same site
     /// holds is refused (`WouldDeadlock`), and the guard keeps `site`.
-    pub(crate) async fn acquire(
+    ///
+    /// (A function returning the future rather than an `async fn`: an `async fn` keeps its
+    /// arguments twice, and every lock call's future carries this one.)
+    pub(crate) fn acquire(
         self: Arc<Self>,
         target: Target,
         owner: OwnerId,
         lease: Option<Duration>,
         wait: Option<Duration>,
         site: Option<Arc<Site>>,
-    ) -> Result<Guard, LockError> {
+    ) -> impl Future<Output = Result<Guard, LockError>> + Send + 'static {
         let span = tracing::info_span!(
             "lock.acquire",
             kind = target.kind.noun,
@@ -44,40 +47,70 @@ impl Engine {
             fence = tracing::field::Empty,
             waited_ms = tracing::field::Empty,
         );
-        let started = Instant::now();
-        // a wait too long to count in an Instant is forever
-        let deadline = wait.and_then(|w| started.checked_add(w));
-        let (kind, label) = (target.kind.mode, target.label);
-        let (lock_kind, names) = (target.kind, target.names.clone());
-        let mut path = Path::default();
-        let result = self
-            .acquire_inner(
-                target,
-                owner,
-                lease,
-                deadline,
-                wait.unwrap_or(Duration::MAX),
-                site.as_deref(),
-                &mut path,
-            )
-            .instrument(span.clone())
-            .await;
-        // A grant that arrived while the service began to shut down (after its holds were
-        // released) is given back, not handed out.
-        let result = match result {
-            Ok(guard) if self.is_closing() => {
-                // (boxed: a rare path, kept out of every acquire's size)
-                if let Err(e) = Box::pin(guard.release()).await {
-                    tracing::debug!(parent: &span, error = %e, "giving back a grant at shutdown failed");
+        async move {
+            let started = Instant::now();
+            // a wait too long to count in an Instant is forever
+            let deadline = wait.and_then(|w| started.checked_add(w));
+            let mut path = Path::default();
+            let granted = self
+                .acquire_inner(
+                    &target,
+                    owner,
+                    lease,
+                    deadline,
+                    wait.unwrap_or(Duration::MAX),
+                    site.as_deref(),
+                    &mut path,
+                )
+                .instrument(span.clone())
+                .await;
+            // A grant that arrived while the service began to shut down (after its holds were
+            // released) is given back, not handed out (boxed: a rare path, kept out of every
+            // acquire's size).
+            // (no match guard: it would borrow the result, which would then be kept across
+            // the give-back's wait)
+            let closing = self.is_closing();
+            let result = match granted {
+                Ok(mut guard) => {
+                    if closing {
+                        let given_back =
+                            Self::give_back_closing(guard, &target, &span, started, &path);
+                        return Box::pin(given_back).await;
+                    }
+                    guard.mark_site(site);
+                    Ok(guard)
                 }
-                Err(Self::closing_error(lock_kind, &names))
-            }
-            Ok(mut guard) => {
-                guard.mark_site(site);
-                Ok(guard)
-            }
-            other => other,
-        };
+                failed => failed,
+            };
+            Self::acquired(&target, &span, started, &path, result)
+        }
+    }
+
+    /// Gives back `guard`, whose grant arrived while the service began to shut down;
+    /// the lock call fails with the shutdown error.
+    async fn give_back_closing(
+        guard: Guard,
+        target: &Target,
+        span: &tracing::Span,
+        started: Instant,
+        path: &Path,
+    ) -> Result<Guard, LockError> {
+        if let Err(e) = guard.release().await {
+            tracing::debug!(parent: span, error = %e, "giving back a grant at shutdown failed");
+        }
+        let closing = Self::closing_error(target.kind, &target.names);
+        Self::acquired(target, span, started, path, Err(closing))
+    }
+
+    /// Records how an acquire that started at `started` went (its span's fields, a debug
+    /// event, its metrics) and returns its result.
+    fn acquired(
+        target: &Target,
+        span: &tracing::Span,
+        started: Instant,
+        path: &Path,
+        result: Result<Guard, LockError>,
+    ) -> Result<Guard, LockError> {
         let took = started.elapsed();
         span.record("waited_ms", took.as_millis() as u64);
         let outcome = match &result {
@@ -88,13 +121,14 @@ impl Engine {
                     How::HandOff => "handed off",
                     How::Reentry => "re-entered",
                 };
-                tracing::debug!(parent: &span, fence = guard.fence(), waited_ms = took.as_millis() as u64, how, "lock acquired");
+                tracing::debug!(parent: span, fence = guard.fence(), waited_ms = took.as_millis() as u64, how, "lock acquired");
                 Outcome::Granted
             }
             Err(e) if e.kind() == ErrorKind::Timeout => Outcome::TimedOut,
             Err(_) => Outcome::Error,
         };
         let how = result.is_ok().then_some(path.how);
+        let (kind, label) = (target.kind.mode, target.label);
         metrics::acquired(kind, label, outcome, how, took, path.waited);
         result
     }
@@ -102,7 +136,7 @@ impl Engine {
     #[allow(clippy::too_many_arguments)]
     async fn acquire_inner(
         self: &Arc<Self>,
-        target: Target,
+        target: &Target,
         owner: OwnerId,
         lease: Option<Duration>,
         deadline: Option<Instant>,
@@ -141,7 +175,7 @@ impl Engine {
         if let Some(grant) = holding {
             let sent = Instant::now();
             match self
-                .attempt(&target, &field, &grant, lease_ms, Ask::Confirm)
+                .attempt(target, &field, &grant, lease_ms, Ask::Confirm)
                 .await?
             {
                 Attempt::Granted(token) | Attempt::Holding(token) => {
@@ -167,7 +201,7 @@ impl Engine {
                 fresh: self.registered.fresh(&names.lock),
             };
             if let Attempt::Granted(token) | Attempt::Holding(token) =
-                self.attempt(&target, &field, &grant, lease_ms, ask).await?
+                self.attempt(target, &field, &grant, lease_ms, ask).await?
             {
                 let cell = self.local.add_new_hold(
                     &names.lock,
@@ -205,7 +239,7 @@ impl Engine {
         );
         let mut ticket = Ticket {
             inner: self,
-            target: &target,
+            target,
             id,
             done: false,
         };
@@ -227,9 +261,9 @@ impl Engine {
                     ticket.done = true;
                     path.how = How::HandOff;
                     let (cell, registered) = self.local.leave_granted(&names.lock, id, since);
-                    self.leave_after_grant(&target, registered);
+                    self.leave_after_grant(target, registered);
                     if claim {
-                        self.claim_later(&target, &field, &grant, since, lease_ms, watched);
+                        self.claim_later(target, &field, &grant, since, lease_ms, watched);
                     }
                     return Ok(guard(self, token, &grant, cell));
                 }
@@ -249,7 +283,7 @@ impl Engine {
                     let horizon_ms = self.waiter_horizon(deadline);
                     let fresh = self.registered.fresh(&names.lock);
                     let ask = Ask::Grant { horizon_ms, fresh };
-                    let attempt = self.attempt(&target, &field, &grant, lease_ms, ask).await;
+                    let attempt = self.attempt(target, &field, &grant, lease_ms, ask).await;
                     if !matches!(attempt, Ok(Attempt::Granted(_) | Attempt::Holding(_))) {
                         // refused, which registered this service as waiting, or an outcome
                         // not known, which may have
@@ -261,7 +295,7 @@ impl Engine {
                             ticket.done = true;
                             let (cell, registered) =
                                 self.local.leave_granted(&names.lock, id, sent);
-                            self.leave_after_grant(&target, registered);
+                            self.leave_after_grant(target, registered);
                             return Ok(guard(self, token, &grant, cell));
                         }
                         Attempt::Held { retry: ttl, room } => {

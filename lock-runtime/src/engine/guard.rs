@@ -2,6 +2,7 @@
 //! its fencing token, lease and validity deadline, release and extension.
 
 use std::collections::HashMap;
+use std::future::Future;
 use std::sync::{Arc, Mutex, PoisonError};
 use std::time::{Duration, Instant};
 
@@ -199,24 +200,30 @@ impl Guard {
     }
 
     /// Releases this guard (the grant on Redis with its last guard) and waits for Redis.
-    pub(crate) async fn release(mut self) -> Result<(), LockError> {
-        self.released = true;
-        self.record_hold_time();
-        let span = self.release_span();
-        let task = self.inner.release_now(
-            self.target.clone(),
-            self.field.clone(),
-            self.grant.clone(),
-            self.watched(),
-            self.keep_until,
-        );
-        let outcome = task.instrument(span).await;
-        match outcome {
-            // the service's shutdown released it already
-            Ok(Released::NotHeld) if self.cell.ended_by_shutdown() => Ok(()),
-            Ok(Released::NotHeld) => Err(self.not_held("released", "when released")),
-            Ok(_) => Ok(()),
-            Err(e) => Err(e),
+    ///
+    /// (A function returning the future rather than an `async fn`, which would keep the guard
+    /// twice.)
+    pub(crate) fn release(self) -> impl Future<Output = Result<(), LockError>> + Send + 'static {
+        let mut guard = self;
+        async move {
+            guard.released = true;
+            guard.record_hold_time();
+            let span = guard.release_span();
+            let task = guard.inner.release_now(
+                guard.target.clone(),
+                guard.field.clone(),
+                guard.grant.clone(),
+                guard.watched(),
+                guard.keep_until,
+            );
+            let outcome = task.instrument(span).await;
+            match outcome {
+                // the service's shutdown released it already
+                Ok(Released::NotHeld) if guard.cell.ended_by_shutdown() => Ok(()),
+                Ok(Released::NotHeld) => Err(guard.not_held("released", "when released")),
+                Ok(_) => Ok(()),
+                Err(e) => Err(e),
+            }
         }
     }
 

@@ -100,7 +100,13 @@ impl Engine {
         }
     }
 
-    async fn finish_release(
+    /// The release call of `grant` (handing the lock to `reservation`'s waiter when there is
+    /// one) and what follows from its reply here.
+    ///
+    /// (A function returning the future rather than an `async fn`, which would keep its
+    /// arguments twice: every release's future carries this one.)
+    #[allow(clippy::manual_async_fn)]
+    fn finish_release(
         self: Arc<Self>,
         target: Target,
         field: OwnerField,
@@ -108,77 +114,81 @@ impl Engine {
         reservation: Option<Reservation>,
         keep_until: Option<Instant>,
         // counted until the script answered (dropped at the end)
-        _releasing: ReleaseTicket,
-    ) -> Result<Released, LockError> {
-        let names = &target.names;
-        let sent = Instant::now();
-        let op = Op::Release {
-            target: target.clone(),
-            owner: field.clone(),
-            grant: grant.clone(),
-            next: reservation.clone(),
-            in_turn: reservation.as_ref().is_some_and(|r| r.in_turn),
-            keep_until,
-        };
-        let reply = match self.run_op(op).await {
-            Ok(synced) => match parse_released(&synced.reply, names) {
-                // a hand-off is a grant: it needs the replicas' acknowledgement like any other
-                Ok(Released::HandedOff(_)) if !synced.acknowledged => {
-                    if let Some(r) = &reservation {
-                        self.give_back_plain(target.clone(), r.owner.clone(), r.grant.clone());
-                    }
-                    Ok(Released::Freed { yielded: false })
-                }
-                other => other,
-            },
-            Err(e) => Err(e),
-        };
-        if reservation.is_some() && matches!(reply, Ok(Released::Freed { yielded: true }) | Err(_))
-        {
-            // a release that yields to another service registers this one, whose waiter is
-            // next (release.lua); one whose outcome is unknown may have
-            let horizon = Self::waiter_horizon_of(&self.config, None);
-            let horizon = Duration::from_millis(horizon);
-            self.registered.note(&names.lock, sent, horizon);
-        }
-        // The release registered this service as waiting when it reserved a waiter; whether the
-        // head hears of its turn depends on the subscription (a head that never asked Redis
-        // may not be subscribed yet: it looks at once, as after any release).
-        let yielded = matches!(reply, Ok(Released::Freed { yielded: true }))
-            && reservation.is_some()
-            && self
-                .subscriptions
-                .try_lock()
-                .is_ok_and(|s| s.contains(&names.channel()));
-        let end = match &reply {
-            Ok(Released::HandedOff(token)) => ReleaseEnd::HandedOff(*token),
-            Ok(Released::Freed { .. }) if yielded => ReleaseEnd::Yielded,
-            Ok(Released::Freed { .. }) => ReleaseEnd::Freed,
-            Ok(_) => ReleaseEnd::Unchanged,
-            Err(_) => ReleaseEnd::Unknown,
-        };
-        if let Some(orphan) = self
-            .local
-            .end_release(&names.lock, &grant, reservation, end)
-        {
-            tracing::debug!(key = %names.user, "hand-off target left, giving the lock back");
-            self.give_back(target.clone(), orphan.owner, orphan.grant);
-        }
-        if yielded {
-            self.watch_turn(&names.lock);
-        }
-        if let Err(e) = &reply {
-            // The release may not have run: repeat it (without a hand-off) until Redis answers,
-            // so the lock is not left held for its whole lease.
-            tracing::debug!(key = %names.user, error = %e, "release failed; repeating it in the background");
-            self.runtime.spawn(self.clone().repeat_release(
-                target.clone(),
-                field,
-                grant,
+        releasing: ReleaseTicket,
+    ) -> impl Future<Output = Result<Released, LockError>> + Send + 'static {
+        async move {
+            let _releasing = releasing;
+            let names = &target.names;
+            let sent = Instant::now();
+            let op = Op::Release {
+                target: target.clone(),
+                owner: field.clone(),
+                grant: grant.clone(),
+                next: reservation.clone(),
+                in_turn: reservation.as_ref().is_some_and(|r| r.in_turn),
                 keep_until,
-            ));
+            };
+            let reply = match self.run_op(op).await {
+                Ok(synced) => match parse_released(&synced.reply, names) {
+                    // a hand-off is a grant: it needs the replicas' acknowledgement like any other
+                    Ok(Released::HandedOff(_)) if !synced.acknowledged => {
+                        if let Some(r) = &reservation {
+                            self.give_back_plain(target.clone(), r.owner.clone(), r.grant.clone());
+                        }
+                        Ok(Released::Freed { yielded: false })
+                    }
+                    other => other,
+                },
+                Err(e) => Err(e),
+            };
+            if reservation.is_some()
+                && matches!(reply, Ok(Released::Freed { yielded: true }) | Err(_))
+            {
+                // a release that yields to another service registers this one, whose waiter is
+                // next (release.lua); one whose outcome is unknown may have
+                let horizon = Self::waiter_horizon_of(&self.config, None);
+                let horizon = Duration::from_millis(horizon);
+                self.registered.note(&names.lock, sent, horizon);
+            }
+            // The release registered this service as waiting when it reserved a waiter; whether the
+            // head hears of its turn depends on the subscription (a head that never asked Redis
+            // may not be subscribed yet: it looks at once, as after any release).
+            let yielded = matches!(reply, Ok(Released::Freed { yielded: true }))
+                && reservation.is_some()
+                && self
+                    .subscriptions
+                    .try_lock()
+                    .is_ok_and(|s| s.contains(&names.channel()));
+            let end = match &reply {
+                Ok(Released::HandedOff(token)) => ReleaseEnd::HandedOff(*token),
+                Ok(Released::Freed { .. }) if yielded => ReleaseEnd::Yielded,
+                Ok(Released::Freed { .. }) => ReleaseEnd::Freed,
+                Ok(_) => ReleaseEnd::Unchanged,
+                Err(_) => ReleaseEnd::Unknown,
+            };
+            if let Some(orphan) = self
+                .local
+                .end_release(&names.lock, &grant, reservation, end)
+            {
+                tracing::debug!(key = %names.user, "hand-off target left, giving the lock back");
+                self.give_back(target.clone(), orphan.owner, orphan.grant);
+            }
+            if yielded {
+                self.watch_turn(&names.lock);
+            }
+            if let Err(e) = &reply {
+                // The release may not have run: repeat it (without a hand-off) until Redis answers,
+                // so the lock is not left held for its whole lease.
+                tracing::debug!(key = %names.user, error = %e, "release failed; repeating it in the background");
+                self.runtime.spawn(self.clone().repeat_release(
+                    target.clone(),
+                    field,
+                    grant,
+                    keep_until,
+                ));
+            }
+            reply
         }
-        reply
     }
 
     /// Repeats the release of `grant` until Redis answers, for at most a minute or the

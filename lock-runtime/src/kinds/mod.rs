@@ -11,6 +11,7 @@ pub(crate) mod mutex;
 pub(crate) mod rw;
 pub(crate) mod semaphore;
 
+use std::future::Future;
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -118,61 +119,84 @@ impl Acquiring {
     }
 
     /// Acquires with `lease` (`None`: watched), waiting up to `wait` (`None`: until acquired).
-    pub(crate) async fn run(
+    ///
+    /// (A function returning the future rather than an `async fn`, which would keep `self`
+    /// twice: every lock call's future carries this one. A re-entry, the rare case, runs
+    /// boxed.)
+    pub(crate) fn run(
         self,
         lease: Option<Duration>,
         wait: Option<Duration>,
-    ) -> Result<Guard, LockError> {
-        let target = self.target?;
-        Engine::check_lease(target.kind, &target.names, lease)?;
-        let inner = self.inner;
-        // where this call is made (awaited): a guard it gets keeps it
-        let site = owner::site().map(Arc::new);
-        match self.resolved {
-            owner::Resolved::Owner(owner) => inner.acquire(target, owner, lease, wait, site).await,
-            owner::Resolved::ReEnter { owner, entry } => {
-                // a plain re-entry made here holds the entry: it goes only after this returns
-                if wait != Some(Duration::ZERO)
-                    && site.as_deref().is_some_and(|site| entry.held_at(site))
-                {
-                    return Err(Engine::would_deadlock_error(target.kind, &target.names));
+    ) -> impl Future<Output = Result<Guard, LockError>> + Send + 'static {
+        let checked = self.target.and_then(|target| {
+            Engine::check_lease(target.kind, &target.names, lease)?;
+            Ok(target)
+        });
+        let (inner, resolved) = (self.inner, self.resolved);
+        async move {
+            // where this call is made (awaited): a guard it gets keeps it
+            let site = owner::site().map(Arc::new);
+            match (checked, resolved) {
+                (Err(e), _) => Err(e),
+                (Ok(target), owner::Resolved::Owner(owner)) => {
+                    inner.acquire(target, owner, lease, wait, site).await
                 }
-                // concurrent children of the holding body re-enter one at a time
-                let started = std::time::Instant::now();
-                let turn = entry.turn.clone();
-                let entered = match wait {
-                    Some(wait) => tokio::time::timeout(wait, turn.lock_owned())
-                        .await
-                        .map_err(|_| {
-                            let (kind, label) = (target.kind.mode, target.label);
-                            let (outcome, took) = (Outcome::TimedOut, started.elapsed());
-                            metrics::acquired(kind, label, outcome, None, took, true);
-                            inner.timeout_error(target.kind, &target.names, wait)
-                        })?,
-                    None => turn.lock_owned().await,
-                };
-                let left = wait.map(|w| w.saturating_sub(started.elapsed()));
-                let mut guard = inner
-                    .acquire(target, owner, lease, left, site.clone())
-                    .await?;
-                // from the moment the caller has the guard (a locked body gives it up at once)
-                entry.entered_at(site.as_ref());
-                guard.hold_entry(entered);
-                Ok(guard)
+                (Ok(target), owner::Resolved::ReEnter { owner, entry }) => {
+                    Box::pin(re_enter(inner, target, owner, entry, lease, wait, site)).await
+                }
+                (Ok(target), owner::Resolved::AcrossSpawn) => Err(LockError::new(
+                    ErrorKind::WouldDeadlock,
+                    format!(
+                        "{} `{}` is held further up this call chain, by the task that spawned \
+                         this one (owner::spawn); waiting for it here would wait for that task, \
+                         which may be waiting for this one. Re-entry follows one call chain: do \
+                         the locked work in the holding task, or use another key",
+                        target.kind.noun, target.names.user
+                    ),
+                )
+                .with_key(&target.names.user)),
             }
-            owner::Resolved::AcrossSpawn => Err(LockError::new(
-                ErrorKind::WouldDeadlock,
-                format!(
-                    "{} `{}` is held further up this call chain, by the task that spawned \
-                     this one (owner::spawn); waiting for it here would wait for that task, \
-                     which may be waiting for this one. Re-entry follows one call chain: do \
-                     the locked work in the holding task, or use another key",
-                    target.kind.noun, target.names.user
-                ),
-            )
-            .with_key(&target.names.user)),
         }
     }
+}
+
+/// A re-entry of the hold `entry` of the call chain's `owner`: after the entry's turn (the
+/// concurrent children of the holding body re-enter one at a time), an acquire like any
+/// other, which finds the hold and confirms it.
+async fn re_enter(
+    inner: Arc<Engine>,
+    target: Target,
+    owner: OwnerId,
+    entry: Arc<owner::Entry>,
+    lease: Option<Duration>,
+    wait: Option<Duration>,
+    site: Option<Arc<owner::Site>>,
+) -> Result<Guard, LockError> {
+    // a plain re-entry made here holds the entry: it goes only after this returns
+    if wait != Some(Duration::ZERO) && site.as_deref().is_some_and(|site| entry.held_at(site)) {
+        return Err(Engine::would_deadlock_error(target.kind, &target.names));
+    }
+    let started = std::time::Instant::now();
+    let turn = entry.turn.clone();
+    let entered = match wait {
+        Some(wait) => tokio::time::timeout(wait, turn.lock_owned())
+            .await
+            .map_err(|_| {
+                let (kind, label) = (target.kind.mode, target.label);
+                let (outcome, took) = (Outcome::TimedOut, started.elapsed());
+                metrics::acquired(kind, label, outcome, None, took, true);
+                inner.timeout_error(target.kind, &target.names, wait)
+            })?,
+        None => turn.lock_owned().await,
+    };
+    let left = wait.map(|w| w.saturating_sub(started.elapsed()));
+    let mut guard = inner
+        .acquire(target, owner, lease, left, site.clone())
+        .await?;
+    // from the moment the caller has the guard (a locked body gives it up at once)
+    entry.entered_at(site.as_ref());
+    guard.hold_entry(entered);
+    Ok(guard)
 }
 
 /// The methods every guard has, forwarded to its [`Guard`](crate::engine::Guard) core, with the
@@ -274,8 +298,11 @@ macro_rules! guard_methods {
         /// The release runs in its own task: cancelling this future does not stop it.
         ///
         #[doc = concat!("```no_run\n# use std::time::Duration;\n# async fn demo(locks: lock_runtime::LockService) -> Result<(), lock_runtime::LockError> {\nlet guard = ", $take, ".await?;\n// ... the critical section ...\nguard.release().await?; // Err(kind NotHeld) when the lease ran out meanwhile\n# Ok(()) }\n```")]
-        pub async fn release(self) -> Result<(), crate::error::LockError> {
-            self.core.release().await
+        pub fn release(
+            self,
+        ) -> impl std::future::Future<Output = Result<(), crate::error::LockError>> + Send + 'static
+        {
+            self.core.release()
         }
     };
 }
