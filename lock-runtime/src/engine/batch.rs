@@ -302,9 +302,24 @@ fn op_failed(op: &Op, why: String) -> LockError {
     .with_key(user)
 }
 
-/// An integer written as decimal text (a token, a reply value of `reply.lua`).
+/// An integer written as decimal text (a token, a reply value of `reply.lua`): an optional
+/// `-` and at most 18 digits (parsed from the bytes: no text check, no overflow possible).
 fn decimal(text: &[u8]) -> Option<i64> {
-    std::str::from_utf8(text).ok()?.parse().ok()
+    let (negative, digits) = match text {
+        [b'-', rest @ ..] => (true, rest),
+        _ => (false, text),
+    };
+    if digits.is_empty() || digits.len() > 18 {
+        return None;
+    }
+    let mut value: i64 = 0;
+    for &d in digits {
+        if !d.is_ascii_digit() {
+            return None;
+        }
+        value = value * 10 + i64::from(d - b'0');
+    }
+    Some(if negative { -value } else { value })
 }
 
 /// The three values of one operation in a reply of decimal texts (see `reply.lua`).
@@ -421,5 +436,32 @@ mod tests {
             .expect("sent, not queued");
         assert_eq!(reply.reply, [0, 0, 0], "not held");
         locks.shutdown().await.unwrap();
+    }
+}
+
+#[cfg(test)]
+mod decimal_tests {
+    use super::decimal;
+
+    #[test]
+    fn decimal_texts_parse_as_the_scripts_write_them() {
+        assert_eq!(decimal(b"0"), Some(0));
+        assert_eq!(decimal(b"-1"), Some(-1));
+        assert_eq!(decimal(b"1795843186389754"), Some(1_795_843_186_389_754));
+        assert_eq!(
+            decimal(b"999999999999999999"),
+            Some(999_999_999_999_999_999)
+        );
+        for bad in [
+            &b""[..],
+            b"-",
+            b"12a",
+            b"1.5",
+            b" 1",
+            b"+1",
+            b"1234567890123456789",
+        ] {
+            assert_eq!(decimal(bad), None, "{:?}", String::from_utf8_lossy(bad));
+        }
     }
 }

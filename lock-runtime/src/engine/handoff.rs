@@ -85,10 +85,12 @@ impl Local {
             };
         };
         let position = state.holds.iter().position(|h| h.grant == *grant);
+        // one reading of the clock for what follows
+        let now = Instant::now();
         match (position, guard) {
             (Some(i), Some(watched)) => {
                 let hold = &mut state.holds[i];
-                if !hold.live(Instant::now()) {
+                if !hold.live(now) {
                     // a dead generation: Redis may already have granted the lock to someone
                     // else; its guards are lost and their release touches nothing
                     let hold = state.holds.swap_remove(i);
@@ -118,7 +120,6 @@ impl Local {
             (None, None) => {}
         }
         state.releasing.push(grant.clone());
-        let now = Instant::now();
         let held = state.holds.iter().filter(|h| h.live(now)).count();
         let in_turn = state
             .turn_since

@@ -157,9 +157,10 @@ impl Local {
     /// (shared or not), and that is still valid, so a new lock call re-enters it.
     pub(crate) fn holding(&self, key: &str, owner: &str, shared: bool) -> Option<GrantId> {
         let keys = self.lock();
+        // (the clock is read only when there is a hold to look at)
+        let holds = &keys.get(key)?.holds;
         let now = Instant::now();
-        keys.get(key)?
-            .holds
+        holds
             .iter()
             .find(|h| &*h.owner == owner && h.kind.shared == shared && h.live(now))
             .map(|h| h.grant.clone())
@@ -203,8 +204,8 @@ impl Local {
     /// asked on every re-entrant acquire).
     pub(crate) fn holds_any(&self, key: &str, owner: &str) -> bool {
         let keys = self.lock();
-        let now = Instant::now();
         keys.get(key).is_some_and(|state| {
+            let now = Instant::now();
             state
                 .holds
                 .iter()
@@ -246,8 +247,8 @@ impl Local {
     /// would wait for itself. A hold with fixed leases only ends by itself.
     pub(crate) fn held_at(&self, key: &str, owner: &OwnerField, shared: bool, site: &Site) -> bool {
         let keys = self.lock();
-        let now = Instant::now();
         keys.get(key).is_some_and(|state| {
+            let now = Instant::now();
             state.holds.iter().any(|h| {
                 h.live(now)
                     && h.watched > 0
