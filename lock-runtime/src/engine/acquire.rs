@@ -67,8 +67,6 @@ impl Engine {
             // A grant that arrived while the service began to shut down (after its holds were
             // released) is given back, not handed out (boxed: a rare path, kept out of every
             // acquire's size).
-            // (no match guard: it would borrow the result, which would then be kept across
-            // the give-back's wait)
             let closing = self.is_closing();
             let result = match granted {
                 Ok(mut guard) => {
