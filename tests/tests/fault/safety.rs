@@ -521,8 +521,27 @@ async fn a_release_that_never_reached_redis_is_sent_again() {
 /// this one still counted on it) is `NotHeld`, never a silent success.
 #[tokio::test]
 async fn a_release_redis_finds_not_held_is_not_held() {
+    release_after_another_service_force_unlocked(false).await;
+}
+
+/// The same when the other service took the lock meanwhile: the release frees nothing, and the
+/// new holder keeps the lock. The two values differ only in their grant ids and owner fields,
+/// which have the same lengths: a release that compared less than the whole tail would free the
+/// other service's hold.
+#[tokio::test]
+async fn a_release_after_another_service_took_the_lock_frees_nothing() {
+    release_after_another_service_force_unlocked(true).await;
+}
+
+/// A holds the lock; B force-unlocks it (and takes it, when `taken`); A's release is `NotHeld`
+/// and leaves B's hold alone.
+async fn release_after_another_service_force_unlocked(taken: bool) {
     let fx = Fixture::single().await;
-    let (a, b) = (fx.service(LONG).await, fx.service(LONG).await);
+    let (a, b, c) = (
+        fx.service(LONG).await,
+        fx.service(LONG).await,
+        fx.service(LONG).await,
+    );
     let key = unique_key("broken-by-other");
     let guard = a.lock(&key).await.unwrap();
     assert!(b.force_unlock(&key).await.unwrap());
@@ -530,32 +549,18 @@ async fn a_release_redis_finds_not_held_is_not_held() {
         !guard.is_lost(),
         "this service learns it at the next renewal only"
     );
+    let holder = match taken {
+        true => Some(b.lock(&key).await.unwrap()),
+        false => None,
+    };
     let err = guard.release().await.unwrap_err();
     assert_eq!(err.kind(), ErrorKind::NotHeld, "{err}");
-}
-
-/// A release that reaches Redis after the lock was force-unlocked and granted to another
-/// service frees nothing: it is `NotHeld` and the new holder keeps the lock. The two values
-/// differ only in their grant ids and owner fields, which have the same lengths: a release
-/// that compared less than the whole tail would free the other service's hold.
-#[tokio::test]
-async fn a_release_after_another_service_took_the_lock_frees_nothing() {
-    let fx = Fixture::single().await;
-    let (a, b, c) = (
-        fx.service(LONG).await,
-        fx.service(LONG).await,
-        fx.service(LONG).await,
-    );
-    let key = unique_key("taken-by-other");
-    let stale = a.lock(&key).await.unwrap();
-    assert!(b.force_unlock(&key).await.unwrap());
-    let holder = b.lock(&key).await.unwrap();
-    let err = stale.release().await.unwrap_err();
-    assert_eq!(err.kind(), ErrorKind::NotHeld, "{err}");
-    let busy = c.try_lock(&key).await.unwrap_err();
-    assert_eq!(busy.kind(), ErrorKind::Timeout, "{busy}");
-    assert!(!holder.is_lost());
-    holder.release().await.unwrap();
+    if let Some(holder) = holder {
+        let busy = c.try_lock(&key).await.unwrap_err();
+        assert_eq!(busy.kind(), ErrorKind::Timeout, "{busy}");
+        assert!(!holder.is_lost());
+        holder.release().await.unwrap();
+    }
     c.try_lock(&key).await.unwrap().release().await.unwrap();
 }
 
