@@ -25,7 +25,7 @@ mod tls;
 use std::future::Future;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 use redis::cluster_routing::{RoutingInfo, SingleNodeRoutingInfo};
 use redis::{FromRedisValue, PushInfo};
@@ -91,7 +91,9 @@ impl Backend {
                 }
                 Topology::MasterSlave { master, .. } => {
                     let single = single::Single::connect(master, config, push, synced).await?;
-                    single.ensure_master(master).await?;
+                    single
+                        .ensure_master(master, config.response_timeout())
+                        .await?;
                     Conn::Single(single)
                 }
                 Topology::Sentinel {
@@ -150,7 +152,17 @@ impl Backend {
         what: &'static str,
         call: &ScriptCall<'_>,
     ) -> Result<T, LockError> {
-        let result = self.run_unmetered(what, call).await;
+        self.run_until(what, call, None).await
+    }
+
+    /// [`run`](Self::run), answered by `deadline` (`None`: within `response_timeout` from now).
+    pub(crate) async fn run_until<T: FromRedisValue>(
+        &self,
+        what: &'static str,
+        call: &ScriptCall<'_>,
+        deadline: Option<Instant>,
+    ) -> Result<T, LockError> {
+        let result = self.run_unmetered(what, call, deadline).await;
         crate::metrics::script_call(what, result.is_ok());
         result
     }
@@ -159,6 +171,7 @@ impl Backend {
         &self,
         what: &'static str,
         call: &ScriptCall<'_>,
+        deadline: Option<Instant>,
     ) -> Result<T, LockError> {
         // Each call's future is boxed: a lock operation's future holds this one at every level
         // from the caller's `lock().await` down (six or seven), and moving or boxing an
@@ -167,8 +180,12 @@ impl Backend {
         match &self.conn {
             Conn::Single(s) => {
                 let mut con = s.commands.clone();
-                self.timed(what, Box::pin(invoke(&mut con, call, &self.functions)))
-                    .await
+                self.timed_until(
+                    what,
+                    deadline,
+                    Box::pin(invoke(&mut con, call, &self.functions)),
+                )
+                .await
             }
             Conn::Cluster(c) => {
                 let attempt = || {
@@ -176,13 +193,17 @@ impl Backend {
                     async move { invoke(&mut con, call, &self.functions).await }
                 };
                 // boxed: its retries would make every call's future the size of theirs
-                Box::pin(self.timed(what, not_run_retried(attempt))).await
+                Box::pin(self.timed_until(what, deadline, not_run_retried(attempt))).await
             }
             Conn::Sentinel(s) => {
                 let master = s.current();
                 let mut con = master.commands.clone();
                 let result = self
-                    .timed(what, Box::pin(invoke(&mut con, call, &self.functions)))
+                    .timed_until(
+                        what,
+                        deadline,
+                        Box::pin(invoke(&mut con, call, &self.functions)),
+                    )
                     .await;
                 s.check(&result);
                 result
@@ -219,21 +240,24 @@ impl Backend {
     }
 
     /// Runs a script that may grant a lock; with `sync_replicas` set, `WAIT`s for the replicas
-    /// on the same connection in the same round trip.
-    pub(crate) async fn run_synced<T: FromRedisValue>(
+    /// on the same connection in the same round trip. Answered by `deadline` (`None`: within
+    /// `response_timeout` from now).
+    pub(crate) async fn run_synced_until<T: FromRedisValue>(
         &self,
         what: &'static str,
         call: &ScriptCall<'_>,
+        deadline: Option<Instant>,
     ) -> Result<Synced<T>, LockError> {
         let Some((replicas, timeout)) = self.sync else {
-            let reply = self.run(what, call).await?;
+            let reply = self.run_until(what, call, deadline).await?;
             return Ok(Synced {
                 reply,
                 acknowledged: true,
             });
         };
         // boxed, like the cluster's retries: only calls that wait for replicas carry its size
-        let result = Box::pin(self.waited_for_replicas(what, call, replicas, timeout)).await;
+        let result =
+            Box::pin(self.waited_for_replicas(what, call, replicas, timeout, deadline)).await;
         crate::metrics::script_call(what, result.is_ok());
         let (reply, acks) = result?;
         Ok(Synced {
@@ -250,12 +274,14 @@ impl Backend {
         call: &ScriptCall<'_>,
         replicas: u32,
         timeout: Duration,
+        deadline: Option<Instant>,
     ) -> Result<(T, i64), LockError> {
         Ok(match &self.conn {
             Conn::Single(s) => {
                 let mut con = s.synced_connection();
-                self.timed(
+                self.timed_until(
                     what,
+                    deadline,
                     with_wait(&mut con, call, replicas, timeout, &self.functions),
                 )
                 .await?
@@ -265,14 +291,16 @@ impl Backend {
                     let mut con = c.synced.clone().unwrap_or_else(|| c.commands.clone());
                     async move { with_wait(&mut con, call, replicas, timeout, &self.functions).await }
                 };
-                self.timed(what, not_run_retried(attempt)).await?
+                self.timed_until(what, deadline, not_run_retried(attempt))
+                    .await?
             }
             Conn::Sentinel(s) => {
                 let master = s.current();
                 let mut con = master.synced_connection();
                 let result = self
-                    .timed(
+                    .timed_until(
                         what,
+                        deadline,
                         with_wait(&mut con, call, replicas, timeout, &self.functions),
                     )
                     .await;
@@ -407,7 +435,19 @@ impl Backend {
         what: &str,
         call: impl Future<Output = redis::RedisResult<T>>,
     ) -> Result<T, LockError> {
-        match tokio::time::timeout(self.response_timeout, call).await {
+        self.timed_until(what, None, call).await
+    }
+
+    /// `call`, failed when it has not answered by `deadline` (`None`: within
+    /// `response_timeout`).
+    async fn timed_until<T>(
+        &self,
+        what: &str,
+        deadline: Option<Instant>,
+        call: impl Future<Output = redis::RedisResult<T>>,
+    ) -> Result<T, LockError> {
+        let deadline = deadline.unwrap_or_else(|| Instant::now() + self.response_timeout);
+        match tokio::time::timeout_at(deadline.into(), call).await {
             Ok(Ok(value)) => Ok(value),
             Ok(Err(e)) => Err(LockError::backend(&format!("redis {what} failed"), e)
                 .naming_user(self.username.as_deref())),

@@ -186,7 +186,9 @@ impl Master {
         let scheme = if config.uses_tls() { "rediss" } else { "redis" };
         let url = format!("{scheme}://{addr}");
         let single = Single::connect(&url, config, push, config.sync_replicas() > 0).await?;
-        single.ensure_master(&url).await?;
+        single
+            .ensure_master(&url, config.response_timeout())
+            .await?;
         Ok(Master { addr, single })
     }
 }

@@ -1,6 +1,8 @@
 //! One server (single mode, a static master, or the master a sentinel names): auto-reconnecting
 //! RESP3 connections.
 
+use std::time::Duration;
+
 use redis::aio::ConnectionManagerConfig;
 use redis::{IntoConnectionInfo, ProtocolVersion};
 
@@ -71,11 +73,19 @@ impl Single {
         self.synced.as_ref().unwrap_or(&self.commands).clone()
     }
 
-    /// Fails unless the server is a master: locks must never be written to a replica.
-    pub(super) async fn ensure_master(&self, url: &str) -> Result<(), LockError> {
-        let role = role(&mut self.commands.clone()).await.map_err(|e| {
-            LockError::backend(&format!("cannot ask {} for its role", redacted(url)), e)
-        })?;
+    /// Fails unless the server is a master: locks must never be written to a replica. Asks
+    /// within `timeout`.
+    pub(super) async fn ensure_master(
+        &self,
+        url: &str,
+        timeout: Duration,
+    ) -> Result<(), LockError> {
+        let asked = tokio::time::timeout(timeout, role(&mut self.commands.clone())).await;
+        let role = asked
+            .unwrap_or_else(|_| Err(std::io::Error::from(std::io::ErrorKind::TimedOut).into()))
+            .map_err(|e| {
+                LockError::backend(&format!("cannot ask {} for its role", redacted(url)), e)
+            })?;
         if role != "master" {
             return Err(LockError::new(
                 ErrorKind::Backend,
@@ -104,13 +114,15 @@ pub(super) async fn role(con: &mut Manager) -> redis::RedisResult<String> {
     }
 }
 
-/// Reconnect quickly (10-100 ms backoff) and fail each attempt after our timeouts.
+/// Reconnect quickly (10-100 ms backoff) and fail each attempt after our timeouts. No response
+/// timeout of the client's own: every call on these connections is bounded by the backend's
+/// (`response_timeout`, see `Backend::run`), so one timer per call is enough.
 fn manager_config(config: &LockConfig) -> ConnectionManagerConfig {
     ConnectionManagerConfig::new()
         .set_connection_timeout(Some(config.connect_timeout()))
-        .set_response_timeout(Some(config.response_timeout()))
-        .set_min_delay(std::time::Duration::from_millis(10))
-        .set_max_delay(std::time::Duration::from_millis(100))
+        .set_response_timeout(None)
+        .set_min_delay(Duration::from_millis(10))
+        .set_max_delay(Duration::from_millis(100))
         .set_number_of_retries(6)
 }
 

@@ -17,6 +17,7 @@
 //! script call: each is sent alone.
 
 use std::sync::Arc;
+use std::time::Instant;
 
 use redis::Value;
 use tokio::sync::oneshot;
@@ -36,15 +37,24 @@ struct Slot<'a> {
 
 impl Drop for Slot<'_> {
     fn drop(&mut self) {
-        let Some(batch) = self.inner.batcher.next_batch() else {
+        let timeout = self.inner.config.response_timeout();
+        let next = self.inner.batcher.next_batch(timeout);
+        for late in next.late {
+            // (its caller may have gone: then nobody waits for the error)
+            let _ = late.reply.send(Err(queued_too_long(timeout)));
+        }
+        let Some((batch, deadline)) = next.batch else {
             return;
         };
         // The slot passes to the task.
         let inner = self.inner.clone();
         self.inner.runtime.spawn(async move {
             let _slot = Slot { inner: &inner };
-            let (ops, senders): (Vec<Op>, Vec<_>) = batch.into_iter().unzip();
-            let replies = inner.send_ops(&ops).await;
+            let (ops, senders): (Vec<Op>, Vec<_>) = batch
+                .into_iter()
+                .map(|queued| (queued.op, queued.reply))
+                .unzip();
+            let replies = inner.send_ops_until(&ops, Some(deadline)).await;
             for ((reply, sender), op) in replies.into_iter().zip(senders).zip(&ops) {
                 if sender.send(reply).is_err() {
                     // Only when the runtime shuts down: the lease bounds what is left.
@@ -53,6 +63,18 @@ impl Drop for Slot<'_> {
             }
         });
     }
+}
+
+/// The failure of a queued operation that waited `timeout` (`response_timeout`) without going
+/// out: the calls before it did not come back in time.
+fn queued_too_long(timeout: std::time::Duration) -> LockError {
+    LockError::new(
+        ErrorKind::Backend,
+        format!(
+            "redis did not answer within {timeout:?} (redis.response_timeout): the calls \
+             before this one were still on their way"
+        ),
+    )
 }
 
 impl Engine {
@@ -80,25 +102,17 @@ impl Engine {
                 Ok(op) => &*op,
                 Err(reply) => {
                     // `response_timeout` bounds the operation from when it was asked for,
-                    // also while it waits for a call to go out with (a queued operation whose
-                    // caller gave up is not sent at all; one already sent is given back by its
-                    // caller, like any operation whose reply did not come)
-                    let timeout = self.config.response_timeout();
-                    return match tokio::time::timeout(timeout, reply).await {
-                        Ok(Ok(reply)) => reply,
-                        Ok(Err(_)) => Err(LockError::new(
+                    // also while it waits for a call to go out with: the slot that sends it
+                    // fails it instead once it waited that long, and its call answers by then
+                    // (see `Batcher::next_batch`: no timer per operation). A queued operation
+                    // whose caller gave up is not sent at all; one already sent is given back
+                    // by its caller, like any operation whose reply did not come.
+                    return reply.await.unwrap_or_else(|_| {
+                        Err(LockError::new(
                             ErrorKind::Backend,
                             "the lock service stopped before Redis answered",
-                        )),
-                        Err(_) => Err(LockError::new(
-                            ErrorKind::Backend,
-                            format!(
-                                "redis did not answer within {timeout:?} \
-                                 (redis.response_timeout): the calls before this one were \
-                                 still on their way"
-                            ),
-                        )),
-                    };
+                        ))
+                    });
                 }
             };
             let ops = std::slice::from_ref(op);
@@ -123,9 +137,15 @@ impl Engine {
     /// one: once one of them is refused or fails, the calls after it are not sent and their
     /// operations reply "not run".
     pub(crate) async fn send_ops(&self, ops: &[Op]) -> Vec<OpReply> {
+        self.send_ops_until(ops, None).await
+    }
+
+    /// [`send_ops`](Self::send_ops) with every call answered by `deadline` (`None`: each
+    /// within `response_timeout`).
+    async fn send_ops_until(&self, ops: &[Op], deadline: Option<Instant>) -> Vec<OpReply> {
         if ops.len() <= MAX_OPS {
             // one call: its replies as they are
-            return self.send_chunk(ops).await;
+            return self.send_chunk(ops, deadline).await;
         }
         let mut replies = Vec::with_capacity(ops.len());
         let mut stopped = false;
@@ -134,7 +154,7 @@ impl Engine {
                 replies.extend(chunk.iter().map(|op| Err(not_run(op))));
                 continue;
             }
-            let chunk_replies = self.send_chunk(chunk).await;
+            let chunk_replies = self.send_chunk(chunk, deadline).await;
             stopped = chunk
                 .iter()
                 .zip(&chunk_replies)
@@ -144,8 +164,9 @@ impl Engine {
         replies
     }
 
-    /// One `ops.lua` call for `ops`; one reply per operation, in order.
-    async fn send_chunk(&self, ops: &[Op]) -> Vec<OpReply> {
+    /// One `ops.lua` call for `ops`, answered by `deadline` (`None`: within
+    /// `response_timeout`); one reply per operation, in order.
+    async fn send_chunk(&self, ops: &[Op], deadline: Option<Instant>) -> Vec<OpReply> {
         // (all of one kind)
         let Some(kind) = ops.first().map(Op::kind) else {
             return Vec::new();
@@ -207,7 +228,7 @@ impl Engine {
                     // with no next owner, the lease argument is how long to keep the lock
                     // taken (0: free it)
                     let keep = keep_until.map_or(0, |until| {
-                        let left = until.saturating_duration_since(std::time::Instant::now());
+                        let left = until.saturating_duration_since(Instant::now());
                         u64::try_from(left.as_millis()).unwrap_or(u64::MAX)
                     });
                     if next.is_none() && keep == 0 && !*in_turn {
@@ -239,10 +260,12 @@ impl Engine {
             "acquire/release"
         };
         let result = if ops.iter().any(Op::grants) {
-            self.backend.run_synced::<Value>(what, &call).await
+            self.backend
+                .run_synced_until::<Value>(what, &call, deadline)
+                .await
         } else {
             self.backend
-                .run::<Value>(what, &call)
+                .run_until::<Value>(what, &call, deadline)
                 .await
                 .map(|reply| Synced {
                     reply,

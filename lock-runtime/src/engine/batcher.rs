@@ -2,6 +2,7 @@
 //! batching state of one service (see `batch` for the calls themselves).
 
 use std::sync::{Mutex, MutexGuard};
+use std::time::{Duration, Instant};
 
 use tokio::sync::oneshot;
 
@@ -106,8 +107,29 @@ pub(crate) struct Batcher {
 
 #[derive(Default)]
 struct State {
-    queued: Vec<(Op, oneshot::Sender<OpReply>)>,
+    /// In the order they were asked for.
+    queued: Vec<Queued>,
     in_flight: usize,
+}
+
+/// An operation waiting for the next call.
+pub(super) struct Queued {
+    pub(super) op: Op,
+    /// When it was asked for: `response_timeout` bounds it from then, while it waits here and
+    /// on the call it goes out with (no timer of its own: see [`Next`]).
+    pub(super) asked: Instant,
+    pub(super) reply: oneshot::Sender<OpReply>,
+}
+
+/// What a call slot that came back does next ([`Batcher::next_batch`]).
+#[derive(Default)]
+pub(super) struct Next {
+    /// Queued operations asked for `response_timeout` ago or longer: they fail, unsent.
+    pub(super) late: Vec<Queued>,
+    /// The operations to send in the slot now, and by when their call must answer: the
+    /// `response_timeout` of the oldest of them (one timer per call, none per operation).
+    /// `None`: the slot is free again.
+    pub(super) batch: Option<(Vec<Queued>, Instant)>,
 }
 
 impl Batcher {
@@ -142,42 +164,64 @@ impl Batcher {
             return Ok(op);
         }
         let (sender, reply) = oneshot::channel();
-        state.queued.push((op, sender));
+        // (read under the lock: the queue stays in the order of these times)
+        state.queued.push(Queued {
+            op,
+            asked: Instant::now(),
+            reply: sender,
+        });
         Err(reply)
     }
 
     /// When a call's slot is done: the queued operations to send next in that slot (those of
-    /// the first one's kind, in order, at most [`MAX_OPS`]), or `None` when nothing waits and
-    /// the slot is free again.
-    pub(super) fn next_batch(&self) -> Option<Vec<(Op, oneshot::Sender<OpReply>)>> {
+    /// the first one's kind, in order, at most [`MAX_OPS`]) and the ones that waited
+    /// `timeout` or longer, which are not sent (see [`Next`]).
+    ///
+    /// No operation waits here or on its call longer than `timeout`: a call's deadline is
+    /// `timeout` after its oldest operation was asked for, so every call on its way when an
+    /// operation queued (its operations asked for earlier, or at the front of the queue then)
+    /// comes back before that operation's own deadline, and the slot it frees either sends it
+    /// in time or finds it late.
+    pub(super) fn next_batch(&self, timeout: Duration) -> Next {
+        let mut next = Next::default();
         let mut state = self.lock();
         // operations whose caller gave up waiting are not sent
-        state.queued.retain(|(_, reply)| !reply.is_closed());
-        if state.queued.is_empty() {
-            state.in_flight -= 1;
-            return None;
+        state.queued.retain(|queued| !queued.reply.is_closed());
+        if let Some(first) = state.queued.first()
+            && first.asked.elapsed() >= timeout
+        {
+            let now = Instant::now();
+            let late = state
+                .queued
+                .partition_point(|queued| now.saturating_duration_since(queued.asked) >= timeout);
+            next.late = state.queued.drain(..late).collect();
         }
+        let Some(first) = state.queued.first() else {
+            state.in_flight -= 1;
+            return next;
+        };
+        let deadline = first.asked + timeout;
         // the operations of the first one's kind, in order (one script runs them)
-        let kind = state.queued[0].0.kind();
-        if state.queued.len() <= MAX_OPS && state.queued.iter().all(|(op, _)| op.kind() == kind) {
+        let kind = first.op.kind();
+        if state.queued.len() <= MAX_OPS && state.queued.iter().all(|q| q.op.kind() == kind) {
             // all of them (the common case): the queue as it is, and a new one as large
             let capacity = state.queued.capacity();
-            return Some(std::mem::replace(
-                &mut state.queued,
-                Vec::with_capacity(capacity),
-            ));
+            let batch = std::mem::replace(&mut state.queued, Vec::with_capacity(capacity));
+            next.batch = Some((batch, deadline));
+            return next;
         }
         let mut batch = Vec::new();
         let mut rest = Vec::new();
         for queued in state.queued.drain(..) {
-            if batch.len() < MAX_OPS && queued.0.kind() == kind {
+            if batch.len() < MAX_OPS && queued.op.kind() == kind {
                 batch.push(queued);
             } else {
                 rest.push(queued);
             }
         }
         state.queued = rest;
-        Some(batch)
+        next.batch = Some((batch, deadline));
+        next
     }
 }
 
@@ -188,6 +232,8 @@ mod tests {
     use super::super::ids::new_grant_id;
     use super::super::local::tests::TEST_KIND;
     use super::*;
+
+    const TIMEOUT: Duration = Duration::from_secs(1);
 
     fn target() -> Target {
         Target::new(
@@ -252,10 +298,13 @@ mod tests {
         }
         let _hand_off = batcher.take_or_queue(release(true)).err().expect("queued");
         // a call coming back sends the queued operations, in order, in its slot
-        let batch = batcher.next_batch().expect("queued operations");
+        let (batch, _) = batcher
+            .next_batch(TIMEOUT)
+            .batch
+            .expect("queued operations");
         let kinds: Vec<_> = batch
             .iter()
-            .map(|(op, _)| match op {
+            .map(|queued| match queued.op {
                 Op::Acquire { .. } => "acquire",
                 Op::Release { next: None, .. } => "release",
                 Op::Release { next: Some(_), .. } => "hand-off",
@@ -264,7 +313,7 @@ mod tests {
         assert_eq!(kinds, ["acquire", "release", "hand-off"]);
         // the slots come back one by one once nothing is queued
         for _ in 0..IN_FLIGHT + HAND_OFF_SLOTS {
-            assert!(batcher.next_batch().is_none());
+            assert!(batcher.next_batch(TIMEOUT).batch.is_none());
         }
         assert_eq!(batcher.lock().in_flight, 0);
     }
@@ -279,5 +328,29 @@ mod tests {
             assert!(batcher.take_or_queue(acquire()).is_ok());
         }
         let _hand_off = batcher.take_or_queue(release(true)).err().expect("queued");
+    }
+
+    #[test]
+    fn queued_operations_past_the_timeout_fail_unsent_and_a_call_keeps_the_oldest_deadline() {
+        let batcher = batcher();
+        for _ in 0..IN_FLIGHT {
+            assert!(batcher.take_or_queue(acquire()).is_ok());
+        }
+        let _old = batcher.take_or_queue(acquire()).err().expect("queued");
+        std::thread::sleep(Duration::from_millis(30));
+        let _new = batcher.take_or_queue(release(false)).err().expect("queued");
+        // the first has waited 30 ms or more, the second less
+        let next = batcher.next_batch(Duration::from_millis(30));
+        assert_eq!(next.late.len(), 1);
+        assert!(matches!(next.late[0].op, Op::Acquire { .. }));
+        let (batch, deadline) = next.batch.expect("the second goes out");
+        assert_eq!(batch.len(), 1);
+        assert_eq!(deadline, batch[0].asked + Duration::from_millis(30));
+        // everything late: nothing to send, the slot is free
+        let _late = batcher.take_or_queue(acquire()).err().expect("queued");
+        let next = batcher.next_batch(Duration::ZERO);
+        assert_eq!(next.late.len(), 1);
+        assert!(next.batch.is_none());
+        assert_eq!(batcher.lock().in_flight, IN_FLIGHT - 1);
     }
 }
