@@ -116,7 +116,9 @@ impl Engine {
                 }
             };
             let ops = std::slice::from_ref(op);
-            let mut replies = self.send_ops(ops).await;
+            // boxed: under load most operations queue, and their futures (a lock call's, a
+            // release's) then carry the queued branch's size, not a call's
+            let mut replies = Box::pin(self.send_chunk(ops, None)).await;
             replies
                 .pop()
                 .unwrap_or_else(|| Err(bad_batch(ops, "no reply")))
