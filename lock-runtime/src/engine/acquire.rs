@@ -26,8 +26,8 @@ use crate::scripts::{self, ScriptCall};
 
 impl Engine {
     /// Acquires `target` for `owner`, waiting up to `wait` (`None`: until acquired), for a
-    /// lock call made at `site`: a call that would wait for a guard a call from the same site
-    /// holds is refused (`WouldDeadlock`), and the guard keeps `site`.
+    /// lock call made at `site` (see [`CallSite`]): a call that would wait for a guard a call
+    /// from the same site holds is refused (`WouldDeadlock`), and the guard keeps `site`.
     ///
     /// (A function returning the future rather than an `async fn`: an `async fn` keeps its
     /// arguments twice, and every lock call's future carries this one.)
@@ -37,7 +37,7 @@ impl Engine {
         owner: OwnerId,
         lease: Option<Duration>,
         wait: Option<Duration>,
-        site: Option<Arc<Site>>,
+        site: CallSite,
     ) -> impl Future<Output = Result<Guard, LockError>> + Send + 'static {
         let span = tracing::info_span!(
             "lock.acquire",
@@ -48,6 +48,11 @@ impl Engine {
             waited_ms = tracing::field::Empty,
         );
         async move {
+            let site = match site {
+                // where this call is made (awaited): a guard it gets keeps it
+                CallSite::Polled => crate::owner::site().map(Arc::new),
+                CallSite::Known(site) => site,
+            };
             let started = Instant::now();
             // a wait too long to count in an Instant is forever
             let deadline = wait.and_then(|w| started.checked_add(w));
@@ -491,6 +496,14 @@ impl Engine {
             attempt => Ok(attempt),
         }
     }
+}
+
+/// Where a lock call is made, for [`Engine::acquire`].
+pub(crate) enum CallSite {
+    /// Wherever the acquire is first polled (the task that awaits it).
+    Polled,
+    /// Known already (`None`: outside a tokio runtime).
+    Known(Option<Arc<Site>>),
 }
 
 /// How an acquire went, for its metrics.

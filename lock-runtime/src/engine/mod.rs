@@ -32,6 +32,7 @@ pub(crate) mod shutdown;
 mod target;
 pub(crate) mod watchdog;
 
+pub(crate) use self::acquire::CallSite;
 pub(crate) use self::batcher::MAX_OPS;
 pub(crate) use self::core::Engine;
 pub(crate) use guard::Guard;

@@ -12,10 +12,13 @@ pub(crate) mod rw;
 pub(crate) mod semaphore;
 
 use std::future::Future;
+use std::pin::Pin;
 use std::sync::Arc;
 use std::time::Duration;
 
-use crate::engine::{Engine, Guard, KeyNames, Kind, Target};
+use tokio_util::either::Either;
+
+use crate::engine::{CallSite, Engine, Guard, KeyNames, Kind, Target};
 use crate::error::{ErrorKind, LockError};
 use crate::inspect::Layout;
 use crate::metrics::{self, Outcome};
@@ -121,30 +124,34 @@ impl Acquiring {
     /// Acquires with `lease` (`None`: watched), waiting up to `wait` (`None`: until acquired).
     ///
     /// (A function returning the future rather than an `async fn`, which would keep `self`
-    /// twice: every lock call's future carries this one. A re-entry, the rare case, runs
-    /// boxed.)
+    /// twice: every lock call's future carries this one. The common acquire is the engine's
+    /// future itself, made here, so no future of another layer copies it in when first polled;
+    /// a re-entry, the rare case, runs boxed.)
     pub(crate) fn run(
         self,
         lease: Option<Duration>,
         wait: Option<Duration>,
     ) -> impl Future<Output = Result<Guard, LockError>> + Send + 'static {
-        let checked = self.target.and_then(|target| {
+        type Other = Pin<Box<dyn Future<Output = Result<Guard, LockError>> + Send>>;
+        let target = match self.target.and_then(|target| {
             Engine::check_lease(target.kind, &target.names, lease)?;
             Ok(target)
-        });
-        let (inner, resolved) = (self.inner, self.resolved);
-        async move {
-            // where this call is made (awaited): a guard it gets keeps it
-            let site = owner::site().map(Arc::new);
-            match (checked, resolved) {
-                (Err(e), _) => Err(e),
-                (Ok(target), owner::Resolved::Owner(owner)) => {
-                    inner.acquire(target, owner, lease, wait, site).await
-                }
-                (Ok(target), owner::Resolved::ReEnter { owner, entry }) => {
-                    Box::pin(re_enter(inner, target, owner, entry, lease, wait, site)).await
-                }
-                (Ok(target), owner::Resolved::AcrossSpawn) => Err(LockError::new(
+        }) {
+            Ok(target) => target,
+            Err(e) => return Either::Right(Box::pin(std::future::ready(Err(e))) as Other),
+        };
+        let inner = self.inner;
+        match self.resolved {
+            owner::Resolved::Owner(owner) => {
+                Either::Left(inner.acquire(target, owner, lease, wait, CallSite::Polled))
+            }
+            owner::Resolved::ReEnter { owner, entry } => Either::Right(Box::pin(async move {
+                // where this call is made (awaited): a guard it gets keeps it
+                let site = owner::site().map(Arc::new);
+                re_enter(inner, target, owner, entry, lease, wait, site).await
+            })),
+            owner::Resolved::AcrossSpawn => {
+                Either::Right(Box::pin(std::future::ready(Err(LockError::new(
                     ErrorKind::WouldDeadlock,
                     format!(
                         "{} `{}` is held further up this call chain, by the task that spawned \
@@ -154,7 +161,7 @@ impl Acquiring {
                         target.kind.noun, target.names.user
                     ),
                 )
-                .with_key(&target.names.user)),
+                .with_key(&target.names.user)))))
             }
         }
     }
@@ -191,7 +198,7 @@ async fn re_enter(
     };
     let left = wait.map(|w| w.saturating_sub(started.elapsed()));
     let mut guard = inner
-        .acquire(target, owner, lease, left, site.clone())
+        .acquire(target, owner, lease, left, CallSite::Known(site.clone()))
         .await?;
     // from the moment the caller has the guard (a locked body gives it up at once)
     entry.entered_at(site.as_ref());

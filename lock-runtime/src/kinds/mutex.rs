@@ -306,9 +306,12 @@ impl<'a> IntoFuture for LockRequest<'a> {
             }
             _ => Ok(()),
         };
+        // made here, so the box holds it from the start instead of copying it in when first
+        // polled (a future is moved whole: about 1.6 KB)
+        let run = acquiring.run(lease, wait);
         Box::pin(async move {
             checked?;
-            let mut core = acquiring.run(lease, wait).await?;
+            let mut core = run.await?;
             if let Some(min) = min {
                 core.hold_at_least(min);
             }
