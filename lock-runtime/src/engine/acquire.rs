@@ -168,57 +168,6 @@ impl Engine {
             )
         };
 
-        // Re-entry: the owner holds the key here already, so it must not queue behind waiters
-        // that wait for it. Redis confirms that grant (and extends it to this lease); if it is
-        // gone, its guards are lost and this call waits for a new grant like any other.
-        let holding = kind
-            .reentrant
-            .then(|| self.local.holding(&names.lock, &field, kind.shared))
-            .flatten();
-        if let Some(grant) = holding {
-            let sent = Instant::now();
-            match self
-                .attempt(target, &field, &grant, lease_ms, Ask::Confirm)
-                .await?
-            {
-                Attempt::Granted(token) | Attempt::Holding(token) => {
-                    if let Some(cell) =
-                        self.local
-                            .add_guard(&names.lock, &grant, watched, sent, lease_ms)
-                    {
-                        path.how = How::Reentry;
-                        return Ok(guard(self, token, &grant, cell));
-                    }
-                }
-                Attempt::Held { .. } => self.local.drop_grant(&names.lock, &grant),
-            }
-        }
-
-        // An owner that holds the key in another mode (a writer taking a read share) does not
-        // queue behind waiters that wait for its own hold: it asks once, at once.
-        if kind.reentrant && self.local.holds_any(&names.lock, &field) {
-            let grant = new_grant_id();
-            let sent = Instant::now();
-            let ask = Ask::Grant {
-                horizon_ms: 0,
-                fresh: self.registered.fresh(&names.lock),
-            };
-            if let Attempt::Granted(token) | Attempt::Holding(token) =
-                self.attempt(target, &field, &grant, lease_ms, ask).await?
-            {
-                let cell = self.local.add_new_hold(
-                    &names.lock,
-                    kind,
-                    &field,
-                    &grant,
-                    watched,
-                    sent,
-                    lease_ms,
-                );
-                return Ok(guard(self, token, &grant, cell));
-            }
-        }
-
         // A hold of this service that a guard of a call made at the same site keeps: that
         // guard goes only after this call returns, so waiting for it could never end.
         let waits_for_itself = || {
@@ -226,12 +175,12 @@ impl Engine {
                 && site
                     .is_some_and(|site| self.local.held_at(&names.lock, &field, kind.shared, site))
         };
-        if waits_for_itself() {
-            return Err(Self::would_deadlock_error(kind, names));
-        }
 
+        // The uncontended case: this service has nothing of the key (no hold: nothing to
+        // re-enter, nothing to wait for at this site), and the call joins its line at once,
+        // its first turn in hand.
         let grant = new_grant_id();
-        let (id, wake) = self.local.enqueue(
+        let joined = self.local.enqueue(
             &names.lock,
             kind,
             &field,
@@ -239,7 +188,82 @@ impl Engine {
             &target.extra,
             lease_ms,
             watched,
+            true,
         );
+        let (id, wake, first_turn) = match joined {
+            Some(joined) => joined,
+            None => {
+                // Re-entry: the owner holds the key here already, so it must not queue behind
+                // waiters that wait for it. Redis confirms that grant (and extends it to this
+                // lease); if it is gone, its guards are lost and this call waits for a new
+                // grant like any other.
+                let holding = kind
+                    .reentrant
+                    .then(|| self.local.holding(&names.lock, &field, kind.shared))
+                    .flatten();
+                if let Some(grant) = holding {
+                    let sent = Instant::now();
+                    match self
+                        .attempt(target, &field, &grant, lease_ms, Ask::Confirm)
+                        .await?
+                    {
+                        Attempt::Granted(token) | Attempt::Holding(token) => {
+                            if let Some(cell) =
+                                self.local
+                                    .add_guard(&names.lock, &grant, watched, sent, lease_ms)
+                            {
+                                path.how = How::Reentry;
+                                return Ok(guard(self, token, &grant, cell));
+                            }
+                        }
+                        Attempt::Held { .. } => self.local.drop_grant(&names.lock, &grant),
+                    }
+                }
+
+                // An owner that holds the key in another mode (a writer taking a read share)
+                // does not queue behind waiters that wait for its own hold: it asks once, at
+                // once.
+                if kind.reentrant && self.local.holds_any(&names.lock, &field) {
+                    let grant = new_grant_id();
+                    let sent = Instant::now();
+                    let ask = Ask::Grant {
+                        horizon_ms: 0,
+                        fresh: self.registered.fresh(&names.lock),
+                    };
+                    if let Attempt::Granted(token) | Attempt::Holding(token) =
+                        self.attempt(target, &field, &grant, lease_ms, ask).await?
+                    {
+                        let cell = self.local.add_new_hold(
+                            &names.lock,
+                            kind,
+                            &field,
+                            &grant,
+                            watched,
+                            sent,
+                            lease_ms,
+                        );
+                        return Ok(guard(self, token, &grant, cell));
+                    }
+                }
+
+                if waits_for_itself() {
+                    return Err(Self::would_deadlock_error(kind, names));
+                }
+                self.local
+                    .enqueue(
+                        &names.lock,
+                        kind,
+                        &field,
+                        &grant,
+                        &target.extra,
+                        lease_ms,
+                        watched,
+                        false,
+                    )
+                    .expect("joins when not only if clear")
+            }
+        };
+        let mut first_turn = Some(first_turn);
         let mut ticket = Ticket {
             inner: self,
             target,
@@ -255,7 +279,11 @@ impl Engine {
                 return Err(Self::closing_error(kind, names));
             }
             let mut hint = None;
-            match self.local.turn(&names.lock, id) {
+            let turn = match first_turn.take() {
+                Some(turn) => turn,
+                None => self.local.turn(&names.lock, id),
+            };
+            match turn {
                 Turn::Granted {
                     token,
                     since,

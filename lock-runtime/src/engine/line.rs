@@ -45,7 +45,12 @@ pub(crate) enum Turn {
 
 impl Local {
     /// Puts a new waiter for a hold of `kind` at the end of the line of `key`; its attempts
-    /// carry `grant` and the kind's `extra` argument.
+    /// carry `grant` and the kind's `extra` argument. Returns its id, what wakes it, and its
+    /// first [`Turn`] (as [`turn`](Self::turn) would give it).
+    ///
+    /// With `only_if_clear`, it joins only a key this service has nothing of (no hold, waiter or
+    /// release: the uncontended case) and returns `None` otherwise: the caller looks at the
+    /// owner's own holds first then (re-entry), which such a key cannot have.
     #[allow(clippy::too_many_arguments)]
     pub(crate) fn enqueue(
         &self,
@@ -56,10 +61,14 @@ impl Local {
         extra: &Arc<str>,
         lease_ms: u64,
         watched: bool,
-    ) -> (u64, Arc<Notify>) {
+        only_if_clear: bool,
+    ) -> Option<(u64, Arc<Notify>, Turn)> {
+        let mut keys = self.lock();
+        if only_if_clear && keys.contains_key(&**key) {
+            return None;
+        }
         let id = self.next_waiter.fetch_add(1, Ordering::Relaxed);
         let wake = Arc::new(Notify::new());
-        let mut keys = self.lock();
         let state = keys.state(key);
         // No wake-up permit for a new head: it attempts before it first waits anyway, and a
         // stored permit would only make it attempt once more for nothing.
@@ -79,7 +88,8 @@ impl Local {
             extra: extra.clone(),
             wake: wake.clone(),
         });
-        (id, wake)
+        let turn = turn_of(state, state.waiters.len() - 1);
+        Some((id, wake, turn))
     }
 
     /// What waiter `id` should do now; marks the head as attempting when it should try Redis.
@@ -91,74 +101,7 @@ impl Local {
         let Some(i) = state.waiters.iter().position(|w| w.id == id) else {
             return Turn::Wait;
         };
-        let w = &state.waiters[i];
-        if let WaiterState::Granted(token) = w.state {
-            // A grant another service pushed (its message may come late) must leave its holder
-            // time to claim it; one that is about to run out, or ran out, is dropped, and the
-            // waiter asks Redis, which confirms it if it is still there.
-            let needed = if w.claim {
-                Duration::from_millis(TURN_MS / 3)
-            } else {
-                Duration::ZERO
-            };
-            let now = Instant::now();
-            let hold = state.holds.iter().position(|h| h.grant == w.grant);
-            if hold.is_some_and(|h| state.holds[h].live(now + needed)) {
-                return Turn::Granted {
-                    token,
-                    since: w.granted_at,
-                    claim: w.claim,
-                };
-            }
-            if let Some(h) = hold {
-                state.holds.swap_remove(h).cell.lost.cancel();
-            }
-            let w = &mut state.waiters[i];
-            w.state = WaiterState::Parked;
-            w.claim = false;
-        }
-        let w = &state.waiters[i];
-        // The head looks; so does a waiter of a joint kind with only such waiters ahead of it
-        // (readers take their shares together, not one round trip after another).
-        // For grants that coexist and hand off, the waiters a release is serving already are
-        // not in the way: the first one not served looks.
-        let front = i == 0
-            || (w.kind.joint && state.waiters.iter().take(i).all(|a| a.kind.joint))
-            || state
-                .waiters
-                .iter()
-                .take(i)
-                .all(|a| a.passed || (w.kind.shared && w.kind.hand_off && a.state.is_served()));
-        if !front {
-            return Turn::Wait;
-        }
-        let now = Instant::now();
-        match w.state {
-            WaiterState::Parked => {
-                let behind = state
-                    .holds
-                    .iter()
-                    .filter(|h| h.live(now) && h.blocks(&w.owner, w.kind.shared))
-                    .map(|h| h.cell.valid_until())
-                    .max();
-                let quiet = state.quiet.filter(|(sent, until)| {
-                    w.kind.shared
-                        && w.kind.hand_off
-                        && now < *until
-                        && state.freed.get().is_none_or(|freed| freed < *sent)
-                });
-                match behind.or(quiet.map(|(_, until)| until)) {
-                    Some(until) => Turn::Behind { until },
-                    None => {
-                        state.waiters[i].state = WaiterState::Attempting;
-                        state.waiters[i].passed = false;
-                        Turn::Attempt
-                    }
-                }
-            }
-            WaiterState::Attempting => Turn::Attempt,
-            WaiterState::Reserved | WaiterState::Granted(_) => Turn::Wait,
-        }
+        turn_of(state, i)
     }
 
     /// The head's attempt failed (lock held elsewhere): park it so releases can hand off to it.
@@ -461,6 +404,79 @@ impl Local {
     /// Whether anyone in this process waits for `key`.
     pub(crate) fn has_waiters(&self, key: &str) -> bool {
         self.lock().get(key).is_some_and(|s| !s.waiters.is_empty())
+    }
+}
+
+/// What the waiter at `i` of `state`'s line should do now; marks the head as attempting when it
+/// should try Redis (see [`Local::turn`]).
+fn turn_of(state: &mut KeyState, i: usize) -> Turn {
+    let w = &state.waiters[i];
+    if let WaiterState::Granted(token) = w.state {
+        // A grant another service pushed (its message may come late) must leave its holder
+        // time to claim it; one that is about to run out, or ran out, is dropped, and the
+        // waiter asks Redis, which confirms it if it is still there.
+        let needed = if w.claim {
+            Duration::from_millis(TURN_MS / 3)
+        } else {
+            Duration::ZERO
+        };
+        let now = Instant::now();
+        let hold = state.holds.iter().position(|h| h.grant == w.grant);
+        if hold.is_some_and(|h| state.holds[h].live(now + needed)) {
+            return Turn::Granted {
+                token,
+                since: w.granted_at,
+                claim: w.claim,
+            };
+        }
+        if let Some(h) = hold {
+            state.holds.swap_remove(h).cell.lost.cancel();
+        }
+        let w = &mut state.waiters[i];
+        w.state = WaiterState::Parked;
+        w.claim = false;
+    }
+    let w = &state.waiters[i];
+    // The head looks; so does a waiter of a joint kind with only such waiters ahead of it
+    // (readers take their shares together, not one round trip after another).
+    // For grants that coexist and hand off, the waiters a release is serving already are
+    // not in the way: the first one not served looks.
+    let front = i == 0
+        || (w.kind.joint && state.waiters.iter().take(i).all(|a| a.kind.joint))
+        || state
+            .waiters
+            .iter()
+            .take(i)
+            .all(|a| a.passed || (w.kind.shared && w.kind.hand_off && a.state.is_served()));
+    if !front {
+        return Turn::Wait;
+    }
+    let now = Instant::now();
+    match w.state {
+        WaiterState::Parked => {
+            let behind = state
+                .holds
+                .iter()
+                .filter(|h| h.live(now) && h.blocks(&w.owner, w.kind.shared))
+                .map(|h| h.cell.valid_until())
+                .max();
+            let quiet = state.quiet.filter(|(sent, until)| {
+                w.kind.shared
+                    && w.kind.hand_off
+                    && now < *until
+                    && state.freed.get().is_none_or(|freed| freed < *sent)
+            });
+            match behind.or(quiet.map(|(_, until)| until)) {
+                Some(until) => Turn::Behind { until },
+                None => {
+                    state.waiters[i].state = WaiterState::Attempting;
+                    state.waiters[i].passed = false;
+                    Turn::Attempt
+                }
+            }
+        }
+        WaiterState::Attempting => Turn::Attempt,
+        WaiterState::Reserved | WaiterState::Granted(_) => Turn::Wait,
     }
 }
 

@@ -573,13 +573,41 @@ pub(super) mod tests {
         grant
     }
 
+    /// Puts a waiter in `local`'s line of `key`: its id and what wakes it.
+    #[allow(clippy::too_many_arguments)]
+    fn join(
+        local: &Local,
+        key: &LockKey,
+        kind: &'static Kind,
+        owner: &OwnerField,
+        grant: &GrantId,
+        extra: &Arc<str>,
+        lease_ms: u64,
+        watched: bool,
+    ) -> (u64, Arc<tokio::sync::Notify>) {
+        let (id, wake, _) = local
+            .enqueue(key, kind, owner, grant, extra, lease_ms, watched, false)
+            .expect("joined");
+        (id, wake)
+    }
+
     #[test]
     fn line_order_and_hand_off() {
         let local = Local::default();
         let (k, a, b) = (key(), OwnerField::from("i:a"), OwnerField::from("i:b"));
         let ga = hold(&local, &k, &a, true);
-        let (w1, _) = local.enqueue(&k, &TEST_KIND, &b, &new_grant_id(), &"".into(), 100, false);
-        let (w2, _) = local.enqueue(
+        let (w1, _) = join(
+            &local,
+            &k,
+            &TEST_KIND,
+            &b,
+            &new_grant_id(),
+            &"".into(),
+            100,
+            false,
+        );
+        let (w2, _) = join(
+            &local,
             &k,
             &TEST_KIND,
             &"i:c".into(),
@@ -636,7 +664,8 @@ pub(super) mod tests {
             (&JOINT_KIND, "i:r2"),
             (&TEST_KIND, "i:w"),
         ] {
-            line.push(local.enqueue(
+            line.push(join(
+                &local,
                 &k,
                 kind,
                 &owner.into(),
@@ -761,7 +790,7 @@ pub(super) mod tests {
         let (k, a, b) = (key(), OwnerField::from("i:a"), OwnerField::from("i:b"));
         let ga = hold(&local, &k, &a, false);
         let gb = new_grant_id();
-        let (w1, _) = local.enqueue(&k, &TEST_KIND, &b, &gb, &"".into(), 100, true);
+        let (w1, _) = join(&local, &k, &TEST_KIND, &b, &gb, &"".into(), 100, true);
         let ReleasePlan::Redis(Some(r)) = local.begin_release(&k, &ga, Some(false), true) else {
             panic!("reserved");
         };
@@ -779,7 +808,7 @@ pub(super) mod tests {
         );
         // cancelled after the hand-off reached it
         let ga = hold(&local, &k, &a, false);
-        let (w2, _) = local.enqueue(&k, &TEST_KIND, &b, &gb, &"".into(), 100, true);
+        let (w2, _) = join(&local, &k, &TEST_KIND, &b, &gb, &"".into(), 100, true);
         let ReleasePlan::Redis(Some(r)) = local.begin_release(&k, &ga, Some(false), true) else {
             panic!("reserved");
         };
