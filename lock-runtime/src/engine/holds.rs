@@ -4,7 +4,7 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex, OnceLock, Weak};
 use std::time::{Duration, Instant};
 
-use tokio_util::sync::CancellationToken;
+use tokio::sync::Notify;
 
 use super::ids::{GrantId, OwnerField};
 use super::kind::Kind;
@@ -22,10 +22,45 @@ pub(crate) fn valid_until(sent: Instant, lease_ms: u64) -> Instant {
     sent + lease.saturating_sub(margin)
 }
 
+/// A hold's loss signal: set once, awaited by any number of guards (a cancellation token without
+/// children: no allocation of its own).
+#[derive(Debug, Default)]
+pub(crate) struct Lost {
+    set: AtomicBool,
+    notify: Notify,
+}
+
+impl Lost {
+    /// Sets the signal and wakes every waiter (once: later calls change nothing).
+    pub(crate) fn cancel(&self) {
+        if !self.set.swap(true, Ordering::SeqCst) {
+            self.notify.notify_waiters();
+        }
+    }
+
+    pub(crate) fn is_cancelled(&self) -> bool {
+        self.set.load(Ordering::SeqCst)
+    }
+
+    /// Resolves once the signal is set.
+    pub(crate) async fn cancelled(&self) {
+        loop {
+            let notified = self.notify.notified();
+            let mut notified = std::pin::pin!(notified);
+            // registered before the flag is read: a `cancel` in between wakes it
+            notified.as_mut().enable();
+            if self.is_cancelled() {
+                return;
+            }
+            notified.await;
+        }
+    }
+}
+
 /// What a hold's guards share: its loss signal and its validity deadline.
 #[derive(Debug)]
 pub(crate) struct HoldCell {
-    pub(super) lost: CancellationToken,
+    pub(super) lost: Lost,
     valid_until: Mutex<Instant>,
     /// What events and metrics say about the hold, set by its first guard.
     info: OnceLock<HoldInfo>,
@@ -36,7 +71,7 @@ pub(crate) struct HoldCell {
 impl HoldCell {
     pub(super) fn new(valid_until: Instant) -> Arc<HoldCell> {
         Arc::new(HoldCell {
-            lost: CancellationToken::new(),
+            lost: Lost::default(),
             valid_until: Mutex::new(valid_until),
             info: OnceLock::new(),
             shut_down: AtomicBool::new(false),
@@ -180,4 +215,39 @@ pub(super) fn add_hold(
         sites: Vec::new(),
     });
     cell
+}
+
+#[cfg(test)]
+mod tests {
+    use std::future::Future;
+    use std::pin::Pin;
+    use std::task::{Context, Poll};
+    use std::time::Duration;
+
+    use super::*;
+
+    /// Polls `f` once: whether it finished.
+    async fn ready_after_one_poll<F: Future>(mut f: Pin<&mut F>) -> bool {
+        std::future::poll_fn(|cx: &mut Context<'_>| Poll::Ready(f.as_mut().poll(cx).is_ready()))
+            .await
+    }
+
+    #[tokio::test]
+    async fn a_loss_wakes_every_waiter_and_later_ones_return_at_once() {
+        let cell = HoldCell::new(Instant::now() + Duration::from_secs(60));
+        let mut waiters: Vec<_> = (0..3).map(|_| Box::pin(cell.cancelled())).collect();
+        for waiter in &mut waiters {
+            assert!(!ready_after_one_poll(waiter.as_mut()).await, "waits");
+        }
+        assert!(cell.is_live(Instant::now()));
+        cell.lost.cancel();
+        cell.lost.cancel();
+        for waiter in waiters {
+            tokio::time::timeout(Duration::from_secs(5), waiter)
+                .await
+                .expect("woken by the loss");
+        }
+        assert!(!cell.is_live(Instant::now()));
+        assert!(ready_after_one_poll(std::pin::pin!(cell.cancelled())).await);
+    }
 }
