@@ -14,6 +14,7 @@ pub(crate) mod semaphore;
 use std::future::Future;
 use std::pin::Pin;
 use std::sync::Arc;
+use std::task::{Context, Poll};
 use std::time::Duration;
 
 use tokio_util::either::Either;
@@ -127,6 +128,28 @@ impl Acquiring {
     /// twice: every lock call's future carries this one. The common acquire is the engine's
     /// future itself, made here, so no future of another layer copies it in when first polled;
     /// a re-entry, the rare case, runs boxed.)
+    /// [`run`](Self::run), its guard given to `wrap` (the kind's guard type) when acquired;
+    /// fails with `checked`'s error, before anything is sent, when the request was refused.
+    pub(crate) fn wrapped<T, W>(
+        self,
+        lease: Option<Duration>,
+        wait: Option<Duration>,
+        checked: Result<(), LockError>,
+        wrap: W,
+    ) -> Pin<Box<dyn Future<Output = Result<T, LockError>> + Send + 'static>>
+    where
+        T: Send + 'static,
+        W: FnOnce(Guard) -> T + Send + 'static,
+    {
+        match checked {
+            Err(e) => Box::pin(std::future::ready(Err(e))),
+            Ok(()) => Box::pin(Wrapped {
+                acquire: self.run(lease, wait),
+                wrap: Some(wrap),
+            }),
+        }
+    }
+
     pub(crate) fn run(
         self,
         lease: Option<Duration>,
@@ -164,6 +187,36 @@ impl Acquiring {
                 .with_key(&target.names.user)))))
             }
         }
+    }
+}
+
+pin_project_lite::pin_project! {
+    /// An acquire whose guard is wrapped for the caller as it comes ([`Acquiring::wrapped`]).
+    /// Not an async block around the acquire: that would hold the acquire's future twice (as
+    /// what it captured and as what it awaits), and copy it from one to the other when first
+    /// polled.
+    pub(crate) struct Wrapped<F, W> {
+        #[pin]
+        acquire: F,
+        wrap: Option<W>,
+    }
+}
+
+impl<F, W, T> Future for Wrapped<F, W>
+where
+    F: Future<Output = Result<Guard, LockError>>,
+    W: FnOnce(Guard) -> T,
+{
+    type Output = Result<T, LockError>;
+
+    fn poll(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Self::Output> {
+        let this = self.project();
+        let acquired = std::task::ready!(this.acquire.poll(cx));
+        let wrap = this
+            .wrap
+            .take()
+            .expect("a lock call's future polled after it finished");
+        Poll::Ready(acquired.map(wrap))
     }
 }
 

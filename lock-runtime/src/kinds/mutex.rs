@@ -306,16 +306,11 @@ impl<'a> IntoFuture for LockRequest<'a> {
             }
             _ => Ok(()),
         };
-        // made here, so the box holds it from the start instead of copying it in when first
-        // polled (a future is moved whole: about 1.6 KB)
-        let run = acquiring.run(lease, wait);
-        Box::pin(async move {
-            checked?;
-            let mut core = run.await?;
+        acquiring.wrapped(lease, wait, checked, move |mut core| {
             if let Some(min) = min {
                 core.hold_at_least(min);
             }
-            Ok(LockGuard { core })
+            LockGuard { core }
         })
     }
 }

@@ -280,7 +280,21 @@ impl<G: Send + 'static> RwRequest<'_, G> {
     /// the attribute's `kind = "read"` / `"write"`).
     pub(crate) fn acquire_core(
         self,
-    ) -> impl Future<Output = Result<Guard, LockError>> + Send + 'static {
+    ) -> Pin<Box<dyn Future<Output = Result<Guard, LockError>> + Send + 'static>> {
+        let (acquiring, lease, wait, checked) = self.prepared();
+        acquiring.wrapped(lease, wait, checked, |core| core)
+    }
+
+    /// The acquire this request makes, its lease and wait, and whether it is refused before
+    /// anything is sent.
+    fn prepared(
+        self,
+    ) -> (
+        Acquiring,
+        Option<Duration>,
+        Option<Duration>,
+        Result<(), LockError>,
+    ) {
         let names = names(self.engine, &self.key);
         let acquiring =
             Acquiring::new(self.engine, self.kind, names, self.owner).with_label(self.metric_label);
@@ -297,22 +311,21 @@ impl<G: Send + 'static> RwRequest<'_, G> {
                     .iter()
                     .any(|k| **k == READ)
             });
-        let (lease, wait, key) = (self.lease, self.wait, self.key);
-        async move {
-            if upgrade {
-                return Err(LockError::new(
-                    ErrorKind::WouldDeadlock,
-                    format!(
-                        "write lock `{key}` asked for by an owner that holds it for reading: an \
-                         upgrade would wait for its own read share forever. Release the read \
-                         lock first, or take the write lock from the start (a read inside a \
-                         write is fine)"
-                    ),
-                )
-                .with_key(&key));
-            }
-            acquiring.run(lease, wait).await
-        }
+        let checked = match upgrade {
+            true => Err(LockError::new(
+                ErrorKind::WouldDeadlock,
+                format!(
+                    "write lock `{}` asked for by an owner that holds it for reading: an \
+                     upgrade would wait for its own read share forever. Release the read \
+                     lock first, or take the write lock from the start (a read inside a \
+                     write is fine)",
+                    self.key
+                ),
+            )
+            .with_key(&self.key)),
+            false => Ok(()),
+        };
+        (acquiring, self.lease, self.wait, checked)
     }
 }
 
@@ -322,8 +335,8 @@ impl<'a, G: Send + 'static> IntoFuture for RwRequest<'a, G> {
 
     fn into_future(self) -> Self::IntoFuture {
         let guard = self.guard;
-        let acquire = self.acquire_core();
-        Box::pin(async move { acquire.await.map(guard) })
+        let (acquiring, lease, wait, checked) = self.prepared();
+        acquiring.wrapped(lease, wait, checked, guard)
     }
 }
 

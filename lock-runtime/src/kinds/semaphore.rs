@@ -247,13 +247,7 @@ impl<'a> IntoFuture for PermitRequest<'a> {
             .with_extra(format!("{} {}", self.count, sem.permits))
             .with_label(self.metric_label);
         let (lease, wait, count) = (self.lease, self.wait, self.count);
-        // made here, so the box holds it from the start (see `LockRequest::into_future`)
-        let run = acquiring.run(lease, wait);
-        Box::pin(async move {
-            checked?;
-            let core = run.await?;
-            Ok(Permit { core, count })
-        })
+        acquiring.wrapped(lease, wait, checked, move |core| Permit { core, count })
     }
 }
 
