@@ -66,6 +66,7 @@ impl Engine {
                     wait.unwrap_or(Duration::MAX),
                     site.as_deref(),
                     &mut path,
+                    started,
                 )
                 .instrument(span.clone())
                 .await;
@@ -146,6 +147,7 @@ impl Engine {
         wait: Duration,
         site: Option<&Site>,
         path: &mut Path,
+        started: Instant,
     ) -> Result<Guard, LockError> {
         let names = &target.names;
         let kind = target.kind;
@@ -189,9 +191,10 @@ impl Engine {
             lease_ms,
             watched,
             true,
+            started,
         );
-        let (id, wake, first_turn) = match joined {
-            Some(joined) => joined,
+        let (id, wake, first_turn, joined_at) = match joined {
+            Some((id, wake, turn)) => (id, wake, turn, started),
             None => {
                 // Re-entry: the owner holds the key here already, so it must not queue behind
                 // waiters that wait for it. Redis confirms that grant (and extends it to this
@@ -249,7 +252,9 @@ impl Engine {
                 if waits_for_itself() {
                     return Err(Self::would_deadlock_error(kind, names));
                 }
-                self.local
+                let now = Instant::now();
+                let (id, wake, turn) = self
+                    .local
                     .enqueue(
                         &names.lock,
                         kind,
@@ -259,11 +264,13 @@ impl Engine {
                         lease_ms,
                         watched,
                         false,
+                        now,
                     )
-                    .expect("joins when not only if clear")
+                    .expect("joins when not only if clear");
+                (id, wake, turn, now)
             }
         };
-        let mut first_turn = Some(first_turn);
+        let mut first_turn = Some((first_turn, joined_at));
         let mut ticket = Ticket {
             inner: self,
             target,
@@ -279,9 +286,11 @@ impl Engine {
                 return Err(Self::closing_error(kind, names));
             }
             let mut hint = None;
-            let turn = match first_turn.take() {
-                Some(turn) => turn,
-                None => self.local.turn(&names.lock, id),
+            // (the first turn was found when the call joined the line: an attempt it makes
+            // counts its lease from then, before it is sent; later turns, from when it is sent)
+            let (turn, found_at) = match first_turn.take() {
+                Some((turn, at)) => (turn, Some(at)),
+                None => (self.local.turn(&names.lock, id), None),
             };
             match turn {
                 Turn::Granted {
@@ -310,8 +319,8 @@ impl Engine {
                     );
                 }
                 Turn::Attempt => {
-                    let sent = Instant::now();
-                    let horizon_ms = self.waiter_horizon(deadline);
+                    let sent = found_at.unwrap_or_else(Instant::now);
+                    let horizon_ms = self.waiter_horizon(deadline, sent);
                     let fresh = self.registered.fresh(&names.lock);
                     let ask = Ask::Grant { horizon_ms, fresh };
                     let attempt = self.attempt(target, &field, &grant, lease_ms, ask).await;

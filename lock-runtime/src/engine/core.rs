@@ -225,18 +225,22 @@ impl Engine {
         .with_key(&names.user)
     }
 
-    /// How long this service stays registered as waiting after a failed attempt: until it
-    /// will have tried again at the latest (0: it will not wait, do not register).
-    pub(crate) fn waiter_horizon(&self, deadline: Option<Instant>) -> u64 {
-        Self::waiter_horizon_of(&self.config, deadline)
+    /// How long this service stays registered as waiting after a failed attempt sent at `sent`:
+    /// until it will have tried again at the latest (0: it will not wait, do not register).
+    pub(crate) fn waiter_horizon(&self, deadline: Option<Instant>, sent: Instant) -> u64 {
+        Self::horizon(&self.config, deadline, sent)
     }
 
     /// [`waiter_horizon`](Self::waiter_horizon) for a service with `config` (also before it
     /// exists: the release script takes the horizon without a deadline as a constant).
     pub(crate) fn waiter_horizon_of(config: &LockConfig, deadline: Option<Instant>) -> u64 {
+        Self::horizon(config, deadline, Instant::now())
+    }
+
+    fn horizon(config: &LockConfig, deadline: Option<Instant>, from: Instant) -> u64 {
         let cap = config.watchdog_timeout();
         let left = match deadline {
-            Some(d) => d.saturating_duration_since(Instant::now()).min(cap),
+            Some(d) => d.saturating_duration_since(from).min(cap),
             None => cap,
         };
         if left.is_zero() {

@@ -188,12 +188,13 @@ pub(super) fn add_hold(
 ) -> Arc<HoldCell> {
     // An earlier generation of the same owner is dead (a live one would have been re-entered):
     // its guards are lost.
-    let now = Instant::now();
+    // (the clock is read only when there is such a generation to look at)
+    let mut now = None;
     for hold in holds
         .iter()
         .filter(|h| h.owner == *owner && h.grant != *grant)
     {
-        if !hold.live(now) {
+        if !hold.live(*now.get_or_insert_with(Instant::now)) {
             hold.cell.report_lost(LossReason::LeaseRanOut);
             hold.cell.lost.cancel();
         }

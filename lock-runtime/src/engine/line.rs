@@ -62,6 +62,7 @@ impl Local {
         lease_ms: u64,
         watched: bool,
         only_if_clear: bool,
+        now: Instant,
     ) -> Option<(u64, Arc<Notify>, Turn)> {
         let mut keys = self.lock();
         if only_if_clear && keys.contains_key(&**key) {
@@ -82,13 +83,13 @@ impl Local {
             state: WaiterState::Parked,
             passed: false,
             refused: false,
-            granted_at: Instant::now(),
+            granted_at: now,
             pushed: None,
             claim: false,
             extra: extra.clone(),
             wake: wake.clone(),
         });
-        let turn = turn_of(state, state.waiters.len() - 1);
+        let turn = turn_of(state, state.waiters.len() - 1, now);
         Some((id, wake, turn))
     }
 
@@ -101,7 +102,7 @@ impl Local {
         let Some(i) = state.waiters.iter().position(|w| w.id == id) else {
             return Turn::Wait;
         };
-        turn_of(state, i)
+        turn_of(state, i, Instant::now())
     }
 
     /// The head's attempt failed (lock held elsewhere): park it so releases can hand off to it.
@@ -195,8 +196,9 @@ impl Local {
                         return hold.cell.clone();
                     }
                 } else {
-                    // granted by its own attempt: the lock came to this service from Redis
-                    state.turn_since = Some(Instant::now());
+                    // granted by its own attempt (sent at `sent`): the lock came to this
+                    // service from Redis
+                    state.turn_since = Some(sent);
                 }
                 add_hold(
                     &mut state.holds,
@@ -407,9 +409,9 @@ impl Local {
     }
 }
 
-/// What the waiter at `i` of `state`'s line should do now; marks the head as attempting when it
+/// What the waiter at `i` of `state`'s line should do `now`; marks the head as attempting when it
 /// should try Redis (see [`Local::turn`]).
-fn turn_of(state: &mut KeyState, i: usize) -> Turn {
+fn turn_of(state: &mut KeyState, i: usize, now: Instant) -> Turn {
     let w = &state.waiters[i];
     if let WaiterState::Granted(token) = w.state {
         // A grant another service pushed (its message may come late) must leave its holder
@@ -420,7 +422,6 @@ fn turn_of(state: &mut KeyState, i: usize) -> Turn {
         } else {
             Duration::ZERO
         };
-        let now = Instant::now();
         let hold = state.holds.iter().position(|h| h.grant == w.grant);
         if hold.is_some_and(|h| state.holds[h].live(now + needed)) {
             return Turn::Granted {
@@ -451,7 +452,6 @@ fn turn_of(state: &mut KeyState, i: usize) -> Turn {
     if !front {
         return Turn::Wait;
     }
-    let now = Instant::now();
     match w.state {
         WaiterState::Parked => {
             let behind = state

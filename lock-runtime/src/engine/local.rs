@@ -478,7 +478,11 @@ impl std::ops::DerefMut for Keys {
 /// nothing over, a wake-up message, a grant found gone): a quiet line's head asks Redis again
 /// (see [`KeyState::quiet`]). Wakes the front of the line.
 pub(super) fn look_again(state: &KeyState) {
-    state.freed.set(Some(Instant::now()));
+    // (only a line, or a quiet one's head to come, asks when something was freed: a waiter
+    // that joins later attempts after this anyway)
+    if !state.waiters.is_empty() || state.quiet.is_some() {
+        state.freed.set(Some(Instant::now()));
+    }
     wake_front(state);
 }
 
@@ -586,7 +590,17 @@ pub(super) mod tests {
         watched: bool,
     ) -> (u64, Arc<tokio::sync::Notify>) {
         let (id, wake, _) = local
-            .enqueue(key, kind, owner, grant, extra, lease_ms, watched, false)
+            .enqueue(
+                key,
+                kind,
+                owner,
+                grant,
+                extra,
+                lease_ms,
+                watched,
+                false,
+                Instant::now(),
+            )
             .expect("joined");
         (id, wake)
     }
