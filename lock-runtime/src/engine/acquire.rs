@@ -182,19 +182,23 @@ impl Engine {
         // re-enter, nothing to wait for at this site), and the call joins its line at once,
         // its first turn in hand.
         let grant = new_grant_id();
-        let joined = self.local.enqueue(
-            &names.lock,
-            kind,
-            &field,
-            &grant,
-            &target.extra,
-            lease_ms,
-            watched,
-            true,
-            started,
-        );
+        let join = |only_if_clear, now| {
+            let joined = self.local.enqueue(
+                &names.lock,
+                kind,
+                &field,
+                &grant,
+                &target.extra,
+                lease_ms,
+                watched,
+                only_if_clear,
+                now,
+            );
+            joined.map(|(id, wake, turn)| (id, wake, turn, now))
+        };
+        let joined = join(true, started);
         let (id, wake, first_turn, joined_at) = match joined {
-            Some((id, wake, turn)) => (id, wake, turn, started),
+            Some(joined) => joined,
             None => {
                 // Re-entry: the owner holds the key here already, so it must not queue behind
                 // waiters that wait for it. Redis confirms that grant (and extends it to this
@@ -252,22 +256,7 @@ impl Engine {
                 if waits_for_itself() {
                     return Err(Self::would_deadlock_error(kind, names));
                 }
-                let now = Instant::now();
-                let (id, wake, turn) = self
-                    .local
-                    .enqueue(
-                        &names.lock,
-                        kind,
-                        &field,
-                        &grant,
-                        &target.extra,
-                        lease_ms,
-                        watched,
-                        false,
-                        now,
-                    )
-                    .expect("joins when not only if clear");
-                (id, wake, turn, now)
+                join(false, Instant::now()).expect("joins when not only if clear")
             }
         };
         let mut first_turn = Some((first_turn, joined_at));
