@@ -577,31 +577,29 @@ pub(super) mod tests {
         grant
     }
 
-    /// Puts a waiter in `local`'s line of `key`: its id and what wakes it.
-    #[allow(clippy::too_many_arguments)]
+    /// Puts a waiter in `local`'s line of `key` (no extra argument, a 100 ms lease): its id and
+    /// what wakes it.
     fn join(
         local: &Local,
         key: &LockKey,
         kind: &'static Kind,
         owner: &OwnerField,
         grant: &GrantId,
-        extra: &Arc<str>,
-        lease_ms: u64,
         watched: bool,
     ) -> (u64, Arc<tokio::sync::Notify>) {
-        let (id, wake, _) = local
-            .enqueue(
-                key,
-                kind,
-                owner,
-                grant,
-                extra,
-                lease_ms,
-                watched,
-                false,
-                Instant::now(),
-            )
-            .expect("joined");
+        let now = Instant::now();
+        let joined = local.enqueue(
+            key,
+            kind,
+            owner,
+            grant,
+            &"".into(),
+            100,
+            watched,
+            false,
+            now,
+        );
+        let (id, wake, _) = joined.expect("joined");
         (id, wake)
     }
 
@@ -610,24 +608,13 @@ pub(super) mod tests {
         let local = Local::default();
         let (k, a, b) = (key(), OwnerField::from("i:a"), OwnerField::from("i:b"));
         let ga = hold(&local, &k, &a, true);
-        let (w1, _) = join(
-            &local,
-            &k,
-            &TEST_KIND,
-            &b,
-            &new_grant_id(),
-            &"".into(),
-            100,
-            false,
-        );
+        let (w1, _) = join(&local, &k, &TEST_KIND, &b, &new_grant_id(), false);
         let (w2, _) = join(
             &local,
             &k,
             &TEST_KIND,
             &"i:c".into(),
             &new_grant_id(),
-            &"".into(),
-            100,
             false,
         );
         assert_eq!(local.turn(&k, w2), Turn::Wait);
@@ -684,8 +671,6 @@ pub(super) mod tests {
                 kind,
                 &owner.into(),
                 &new_grant_id(),
-                &"".into(),
-                100,
                 false,
             ));
         }
@@ -804,7 +789,7 @@ pub(super) mod tests {
         let (k, a, b) = (key(), OwnerField::from("i:a"), OwnerField::from("i:b"));
         let ga = hold(&local, &k, &a, false);
         let gb = new_grant_id();
-        let (w1, _) = join(&local, &k, &TEST_KIND, &b, &gb, &"".into(), 100, true);
+        let (w1, _) = join(&local, &k, &TEST_KIND, &b, &gb, true);
         let ReleasePlan::Redis(Some(r)) = local.begin_release(&k, &ga, Some(false), true) else {
             panic!("reserved");
         };
@@ -822,7 +807,7 @@ pub(super) mod tests {
         );
         // cancelled after the hand-off reached it
         let ga = hold(&local, &k, &a, false);
-        let (w2, _) = join(&local, &k, &TEST_KIND, &b, &gb, &"".into(), 100, true);
+        let (w2, _) = join(&local, &k, &TEST_KIND, &b, &gb, true);
         let ReleasePlan::Redis(Some(r)) = local.begin_release(&k, &ga, Some(false), true) else {
             panic!("reserved");
         };
