@@ -122,14 +122,9 @@ impl Acquiring {
         &self.inner
     }
 
-    /// Acquires with `lease` (`None`: watched), waiting up to `wait` (`None`: until acquired).
-    ///
-    /// (A function returning the future rather than an `async fn`, which would keep `self`
-    /// twice: every lock call's future carries this one. The common acquire is the engine's
-    /// future itself, made here, so no future of another layer copies it in when first polled;
-    /// a re-entry, the rare case, runs boxed.)
-    /// [`run`](Self::run), its guard given to `wrap` (the kind's guard type) when acquired;
-    /// fails with `checked`'s error, before anything is sent, when the request was refused.
+    /// [`run`](Self::run), boxed, its guard given to `wrap` (the kind's guard type) when
+    /// acquired; fails with `checked`'s error, before anything is sent, when the request was
+    /// refused. What a kind's request gives `.await`.
     pub(crate) fn wrapped<T, W>(
         self,
         lease: Option<Duration>,
@@ -150,6 +145,12 @@ impl Acquiring {
         }
     }
 
+    /// Acquires with `lease` (`None`: watched), waiting up to `wait` (`None`: until acquired).
+    ///
+    /// (A function returning the future rather than an `async fn`, which would keep `self`
+    /// twice: every lock call's future carries this one. The common acquire is the engine's
+    /// future itself, made here, so no future of another layer copies it in when first polled;
+    /// a re-entry, the rare case, runs boxed.)
     pub(crate) fn run(
         self,
         lease: Option<Duration>,
