@@ -11,6 +11,7 @@ use std::sync::{Arc, LazyLock};
 use std::time::Duration;
 
 use redis::Script;
+use tokio_util::either::Either;
 
 use super::{Acquiring, KindEntry};
 use crate::context::{self, Held, OnLost};
@@ -280,9 +281,12 @@ impl<G: Send + 'static> RwRequest<'_, G> {
     /// the attribute's `kind = "read"` / `"write"`).
     pub(crate) fn acquire_core(
         self,
-    ) -> Pin<Box<dyn Future<Output = Result<Guard, LockError>> + Send + 'static>> {
+    ) -> impl Future<Output = Result<Guard, LockError>> + Send + 'static {
         let (acquiring, lease, wait, checked) = self.prepared();
-        acquiring.wrapped(lease, wait, checked, |core| core)
+        match checked {
+            Ok(()) => Either::Left(acquiring.run(lease, wait)),
+            Err(e) => Either::Right(std::future::ready(Err(e))),
+        }
     }
 
     /// The acquire this request makes, its lease and wait, and whether it is refused before
