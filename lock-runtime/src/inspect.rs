@@ -497,7 +497,9 @@ async fn inspect_with(
 ) -> Result<LockInfo, LockError> {
     let names = engine.names(layout.namespace, key)?;
     let mut call = ScriptCall::new(&scripts::INSPECT, 3);
-    call.key(&names.lock).key(names.fence()).key(&names.queue());
+    call.key(&names.lock)
+        .key(&engine.fence_counter(&names))
+        .key(&names.queue());
     type Reply = (
         Vec<(String, String)>,
         i64,

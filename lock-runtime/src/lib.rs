@@ -168,9 +168,10 @@
 //! `lock:{goods:42}:wq` (services waiting), `lock:{goods:42}:wh` (their head waiters, to whom
 //! a release grants the lock) and the channel `lock:{goods:42}:ch` while services wait. The whole key is the hash tag, which keeps them in one cluster slot;
 //! `%`, `{`, `}` in a key are written `%25`, `%7B`, `%7D`, so no key can choose its slot or name
-//! another lock's keys. Fencing tokens come from one counter per cluster slot
-//! (`lock:fence:{<n>}`, never expiring): tokens keep increasing per lock when the server's
-//! clock steps back, and no key is left per lock name.
+//! another lock's keys. Fencing tokens come from counters that never expire: one per cluster
+//! slot on Redis Cluster (`lock:fence:{<n>}`), one for every lock on one server
+//! (`lock:fence:{3560}`, slot 0's): tokens keep increasing per lock when the server's clock
+//! steps back, and no key is left per lock name.
 
 #![cfg_attr(docsrs, feature(doc_cfg))]
 

@@ -453,19 +453,18 @@ impl LockService {
             .to_string())
     }
 
-    /// The Redis key of the fencing-token counter serving the lock `key` of `kind`: one
-    /// counter per cluster slot (`lock:fence:{<n>}`), shared by every lock of that slot and
-    /// never expiring; its value is the last token issued in the slot. A compatibility
-    /// contract: deleting it makes the next tokens come from the server clock alone.
+    /// The Redis key of the fencing-token counter serving the lock `key` of `kind`: on Redis
+    /// Cluster one counter per cluster slot (`lock:fence:{<n>}`), shared by every lock of that
+    /// slot; on one server (single, master-slave, Sentinel) one counter for every lock (slot
+    /// 0's name, `lock:fence:{3560}`). Counters never expire; the value is the last token
+    /// issued from it. A compatibility contract: deleting it makes the next tokens come from
+    /// the server clock alone.
     ///
     /// # Errors
     /// [`ErrorKind::InvalidKey`](crate::ErrorKind::InvalidKey) for an empty key.
     pub fn fence_key(&self, kind: LockKind, key: &str) -> Result<String, LockError> {
-        Ok(self
-            .inner
-            .names(layout(kind).namespace, key)?
-            .fence()
-            .to_owned())
+        let names = self.inner.names(layout(kind).namespace, key)?;
+        Ok(self.inner.fence_counter(&names))
     }
 
     /// The kind and key of a Redis key of a lock under this service's prefix (the reverse of

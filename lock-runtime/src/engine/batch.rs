@@ -175,15 +175,15 @@ impl Engine {
         };
         crate::metrics::batch(kind.mode, ops.len());
         // in a cluster every key a script touches is declared (correct while a slot migrates);
-        // on one server the lock and its fence counter, and the script names the others after
-        // the lock (see `scripts::ops`)
+        // on one server the lock only, and the script names the others (see `scripts::OpKeys`)
         let script = self.ops_script(kind);
         let keys = ops.len() * script.keys_per_op;
         let mut call = ScriptCall::ops(script, keys, self.backend.functions());
         for op in ops {
             let names = op.names();
-            call.key(&names.lock).key(names.fence());
+            call.key(&names.lock);
             if script.declare_all {
+                call.key(names.fence());
                 call.key_suffixed(&names.lock, QUEUE_SUFFIX);
                 if let Some(suffix) = kind.fourth_key {
                     call.key_suffixed(&names.lock, suffix);

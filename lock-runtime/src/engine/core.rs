@@ -10,7 +10,7 @@ use super::batcher::Batcher;
 use super::ids::OwnerField;
 use super::kind::{Kind, MAX_KINDS};
 use super::local::Local;
-use super::names::KeyNames;
+use super::names::{self, KeyNames};
 use crate::backend::Backend;
 use crate::config::LockConfig;
 use crate::error::{ErrorKind, LockError};
@@ -148,14 +148,30 @@ impl Engine {
         Ok(names)
     }
 
+    /// The fence counter the lock `names` draws its tokens from: the counter of its slot in
+    /// Redis Cluster, the server's one counter on one server (see [`scripts::OpKeys`]).
+    pub(crate) fn fence_counter(&self, names: &KeyNames) -> String {
+        if self.backend.is_cluster() {
+            names.fence().to_owned()
+        } else {
+            names::server_counter(self.config.prefix())
+        }
+    }
+
     /// The operations script of `kind` with this service's settings.
     pub(crate) fn ops_script(&self, kind: &Kind) -> &scripts::Ops {
         self.ops_scripts[kind.id].get_or_init(|| {
+            let counter = names::server_counter(self.config.prefix());
+            let keys = if self.backend.is_cluster() {
+                scripts::OpKeys::Declared
+            } else {
+                scripts::OpKeys::Named { counter: &counter }
+            };
             scripts::ops(
                 kind.lua_first,
                 kind.lua,
                 kind.fourth_key,
-                self.backend.is_cluster(),
+                keys,
                 kind.extra_arg,
                 self.backend.publish_command(),
                 Self::waiter_horizon_of(&self.config, None),

@@ -15,7 +15,8 @@ pub(crate) struct KeyNames {
     /// The key as the caller wrote it.
     pub(crate) user: Arc<str>,
     pub(crate) lock: LockKey,
-    /// The fence counter of the lock's cluster slot (see [`fence_counter`]).
+    /// The fence counter of the lock's cluster slot (see [`fence_counter`]; on one server
+    /// every lock draws from [`server_counter`] instead).
     fence: Arc<str>,
 }
 
@@ -201,6 +202,14 @@ static FENCE_TAGS: LazyLock<Box<[u32]>> = LazyLock::new(|| {
 /// key has `{` or a kind's namespace right after the prefix, never `fence:`).
 fn fence_counter(prefix: &str, slot: u16) -> String {
     format!("{prefix}fence:{{{}}}", FENCE_TAGS[usize::from(slot)])
+}
+
+/// The fence counter every lock under `prefix` draws its tokens from on one server (single,
+/// master-slave, Sentinel): one for all of them, so that the operations of one script call
+/// share it (read once, written once per call); named as slot 0's, so it is a counter of the
+/// same form as a cluster's (`<prefix>fence:{<n>}`).
+pub(crate) fn server_counter(prefix: &str) -> String {
+    fence_counter(prefix, 0)
 }
 
 /// Undoes `KeyNames`' escaping of `%`, `{` and `}` (left to right, so `%257B` is `%7B`).

@@ -1,8 +1,8 @@
 -- The server clock, the lease check and the fencing tokens the scripts that set a lease share:
 -- the lock operations (ops.lua, after prelude.lua) and the kinds' renewals (renew.lua).
 -- scripts/mod.rs puts this first and replaces $MAX_LEASE with its literal; in the Function form
--- (one definition for every call) it resets `time`, `clock_ms`, `clock_us_text` and `drawn_key`
--- per call.
+-- (one definition for every call) it resets `time`, `clock_ms`, `clock_us_text`, `drawn_key`,
+-- `deferring` and `dirty` per call.
 
 -- The server clock (TIME's reply: seconds, microseconds), read once per run: grants of one run
 -- may share a reading, the counter keeps their tokens apart.
@@ -14,6 +14,11 @@ local clock_ms = nil
 local clock_us_text = nil
 -- The fence counter this call drew its last token from, and that token (decimal text).
 local drawn_key, drawn_token = nil, nil
+-- Whether a token drawn from `drawn_key` after the first may wait to be written until the
+-- call's operations have run (`deferring`, set by ops.lua's loop, which writes it at its end:
+-- one write per call and counter instead of one per token; a script runs alone, so nothing
+-- reads the counter in between), and whether one waits (`dirty`).
+local deferring, dirty = false, false
 
 -- The server clock in microseconds as decimal text, read and written once per call (every
 -- fresh token of a call starts from it).
@@ -48,21 +53,43 @@ local function checked_lease(lease)
 end
 
 
+-- Writes the last token drawn to its counter if that write was deferred.
+local function write_drawn()
+  if dirty then
+    redis.call('set', drawn_key, drawn_token)
+    dirty = false
+  end
+end
+
+-- The last token issued from the counter `fence_key` (decimal text), or nil when there is none.
+local function last_token(fence_key)
+  if fence_key == drawn_key then
+    return drawn_token
+  end
+  return redis.call('get', fence_key)
+end
+
 -- The next fencing token of the lock whose counter is `fence_key`, as decimal text, stored as
 -- the last token issued (see prelude.lua for the counters). In the common case the clock is
 -- ahead of the last token, and one SET ... GET reads the last token and writes the new one; only
 -- a counter ahead of the clock is written a second time. A call whose last draw was from this
--- counter (operations of one slot sharing a call, which share a clock reading too) goes on from
--- it: one SET, no read. Tokens are compared as decimal text without sign or leading zeros (the
--- longer is larger; digits collate in order in every locale), which costs less than converting
--- them to numbers (a string-to-float parse); they stay below 2^53, exact as Lua numbers and
--- written with '%d' (no float formatting).
+-- counter (operations sharing a call share a counter: one server's, or one slot's in a
+-- cluster, and a clock reading too) goes on from it with no read: one SET, or none while
+-- `deferring` (then `write_drawn` writes the last token once). Tokens are compared as decimal
+-- text without sign or leading zeros (the longer is larger; digits collate in order in every
+-- locale), which costs less than converting them to numbers (a string-to-float parse); they
+-- stay below 2^53, exact as Lua numbers and written with '%d' (no float formatting).
 local function next_token(fence_key)
   local token
   if fence_key == drawn_key then
     token = string.format('%d', tonumber(drawn_token) + 1)
-    redis.call('set', fence_key, token)
+    if deferring then
+      dirty = true
+    else
+      redis.call('set', fence_key, token)
+    end
   else
+    write_drawn()
     token = clock_us()
     local last = redis.call('set', fence_key, token, 'get')
     if last and (#last > #token or (#last == #token and last >= token)) then

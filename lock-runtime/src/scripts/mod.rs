@@ -47,12 +47,43 @@ pub(crate) use crate::vocab::MAX_LEASE_MS;
 pub(crate) struct Ops {
     pub(crate) script: Script,
     pub(crate) function: Function,
-    /// Whether an operation passes every key it may touch (see [`ops`]), or the lock and its
-    /// fence counter only.
+    /// Whether an operation passes every key it may touch (see [`ops`]), or its lock key only.
     pub(crate) declare_all: bool,
-    /// The keys one operation passes: the lock and its fence counter, and with `declare_all`
-    /// the waiting-services zset and the kind's fourth key if it has one.
+    /// The keys one operation passes: the lock, and with `declare_all` its fence counter, the
+    /// waiting-services zset and the kind's fourth key if it has one.
     pub(crate) keys_per_op: usize,
+}
+
+/// How the keys of a lock operation reach its script.
+#[derive(Clone, Copy, Debug)]
+pub(crate) enum OpKeys<'a> {
+    /// Redis Cluster: an operation passes in KEYS every key it may touch (its lock, the fence
+    /// counter of the lock's slot, the waiting-services zset, the kind's fourth key), so that a
+    /// call stays correct while its slot migrates.
+    Declared,
+    /// One server: an operation passes its lock key only; the script names the other keys
+    /// after it, and every lock draws its tokens from the server's one fence `counter`, a
+    /// literal in the script: three arguments fewer per operation.
+    Named {
+        /// The fence counter's key.
+        counter: &'a str,
+    },
+}
+
+/// `text` as a Lua string literal: in single quotes, with every byte but letters, digits and a
+/// few punctuation characters written as a decimal escape (a key prefix is any text).
+fn lua_text(text: &str) -> String {
+    let mut literal = String::with_capacity(text.len() + 2);
+    literal.push('\'');
+    for byte in text.bytes() {
+        if byte.is_ascii_alphanumeric() || b":{}-_./@#".contains(&byte) {
+            literal.push(char::from(byte));
+        } else {
+            literal.push_str(&format!("\\{byte:03}"));
+        }
+    }
+    literal.push('\'');
+    literal
 }
 
 /// A Redis Function and the library that registers it (`FUNCTION LOAD REPLACE`).
@@ -71,35 +102,34 @@ pub(crate) struct Function {
 /// once; the registered function runs the per-call parts: the clock's reset and the parts of
 /// `kind_first` and `ops.lua` after their `--@call` lines. `fourth_key`: the suffix of the
 /// kind's fourth key after the lock key, if it has one; `extra_arg`: the kind's acquires carry
-/// an extra argument (five per operation, else four). `declare_all` (Redis Cluster): every key
-/// an operation may touch is passed in KEYS, so that a call stays correct while its slot
-/// migrates; else (one server) an operation passes the two keys every operation touches, the
-/// lock and its fence counter, and the script names the others after the lock key: two
-/// arguments fewer per operation.
+/// an extra argument (five per operation, else four). `keys`: how an operation's keys reach
+/// the script (see [`OpKeys`]).
 pub(crate) fn ops(
     kind_first: &str,
     kind_lua: &[&str],
     fourth_key: Option<&str>,
-    declare_all: bool,
+    keys: OpKeys<'_>,
     extra_arg: bool,
     publish: &str,
     yield_horizon_ms: u64,
 ) -> Ops {
+    let declare_all = matches!(keys, OpKeys::Declared);
     let keys_per_op = match (declare_all, fourth_key) {
-        (false, _) => 2,
+        (false, _) => 1,
         (true, None) => 3,
         (true, Some(_)) => 4,
     };
-    let (queue_key, fourth) = if declare_all {
-        (
+    let (fence_key, queue_key, fourth) = match keys {
+        OpKeys::Declared => (
+            "keys[k + 1]".to_owned(),
             "keys[k + 2]".to_owned(),
             fourth_key.map(|_| "keys[k + 3]".to_owned()),
-        )
-    } else {
-        (
+        ),
+        OpKeys::Named { counter } => (
+            lua_text(counter),
             format!("keys[k] .. '{QUEUE_SUFFIX}'"),
             fourth_key.map(|suffix| format!("keys[k] .. '{suffix}'")),
-        )
+        ),
     };
     let literals = [
         ("$CHANNEL_SUFFIX", format!("'{CHANNEL_SUFFIX}'")),
@@ -108,6 +138,7 @@ pub(crate) fn ops(
         ("$PUBLISH", format!("'{publish}'")),
         ("$YIELD_HORIZON", yield_horizon_ms.to_string()),
         ("$KEYS", keys_per_op.to_string()),
+        ("$FENCE_K", fence_key),
         ("$QUEUE_K", queue_key),
         ("$FOURTH_K", fourth.unwrap_or_else(|| "nil".to_owned())),
         ("$ARGS", if extra_arg { "5" } else { "4" }.to_owned()),
@@ -159,7 +190,8 @@ pub(crate) fn ops(
     let library = with_literals(format!(
         "#!lua name={name}\n{shared}{first_declared}\n{prelude}{kind}{ops_declared}\n\
          redis.register_function('{name}', function(KEYS, ARGV)\n\
-         time, clock_ms, clock_us_text, drawn_key = nil, nil, nil, nil\n{first_per_call}{per_call}\nend)\n"
+         time, clock_ms, clock_us_text, drawn_key, deferring, dirty = nil, nil, nil, nil, false, false\n\
+         {first_per_call}{per_call}\nend)\n"
     ));
     Ops {
         script,
@@ -297,7 +329,15 @@ mod tests {
             include_str!("../kinds/mutex/acquire.lua"),
             include_str!("../kinds/mutex/release.lua"),
         ];
-        let ops = ops(FAST, &kind, Some(":wh"), true, false, "spublish", 31_000);
+        let ops = ops(
+            FAST,
+            &kind,
+            Some(":wh"),
+            OpKeys::Declared,
+            false,
+            "spublish",
+            31_000,
+        );
         let text = &ops.function.library;
         assert!(!text.contains('$'), "a setting was left out");
         assert!(text.contains("redis.call('spublish', lock .. ':ch', target)"));
@@ -306,7 +346,7 @@ mod tests {
         assert!(text.contains("for i = 1, #KEYS / 4 do"));
         assert!(text.contains("a = a + 4"), "four arguments per operation");
         assert!(text.contains(FAST.lines().next().unwrap()));
-        let other = super::ops("", &kind, Some(":wh"), true, true, "publish", 1);
+        let other = super::ops("", &kind, Some(":wh"), OpKeys::Declared, true, "publish", 1);
         assert!(other.function.library.contains("keys[k + 2], keys[k + 3],"));
         assert!(
             other
@@ -315,15 +355,23 @@ mod tests {
                 .contains("argv[a + 3], argv[a + 4], op == 'f'")
         );
         assert_ne!(ops.script.get_hash(), other.script.get_hash());
-        // on one server an operation passes the lock and its fence counter; the script names
-        // the others after the lock
-        let one_server = super::ops(FAST, &kind, Some(":wh"), false, false, "publish", 1);
+        // on one server an operation passes its lock; the script names the others after it,
+        // and the server's one counter as it is written (any prefix: escaped)
+        let named = OpKeys::Named {
+            counter: "it's\\$KEYS:fence:{0}",
+        };
+        let one_server = super::ops(FAST, &kind, Some(":wh"), named, false, "publish", 1);
         let text = &one_server.function.library;
-        assert!(text.contains("for i = 1, #KEYS / 2 do"));
-        assert_eq!((one_server.keys_per_op, ops.keys_per_op), (2, 4));
-        assert!(text.contains("if #KEYS == 2 then"), "the lone fast path");
-        assert!(text.contains("keys[k + 1], keys[k] .. ':wq', keys[k] .. ':wh',"));
-        assert!(!text.contains("keys[k + 2]"));
+        assert!(text.contains("for i = 1, #KEYS / 1 do"));
+        assert_eq!((one_server.keys_per_op, ops.keys_per_op), (1, 4));
+        assert!(text.contains("if #KEYS == 1 then"), "the lone fast path");
+        let counter = r"'it\039s\092\036KEYS:fence:{0}'";
+        assert!(text.contains(&format!(
+            "release(keys[k], {counter}, keys[k] .. ':wq', keys[k] .. ':wh',"
+        )));
+        assert!(text.contains(&format!("next_token({counter})")));
+        assert!(!text.contains("keys[k + 1]") && !text.contains("keys[k + 2]"));
+        assert_ne!(one_server.script.get_hash(), ops.script.get_hash());
     }
 
     #[test]
@@ -333,7 +381,15 @@ mod tests {
             include_str!("../kinds/mutex/acquire.lua"),
             include_str!("../kinds/mutex/release.lua"),
         ];
-        let ops = ops(FAST, &kind, Some(":wh"), true, false, "publish", 31_000);
+        let ops = ops(
+            FAST,
+            &kind,
+            Some(":wh"),
+            OpKeys::Declared,
+            false,
+            "publish",
+            31_000,
+        );
         let Function { name, library } = &ops.function;
         assert_eq!(*name, format!("lockrt_{}", ops.script.get_hash()));
         assert!(library.starts_with(&format!("#!lua name={name}\n")));
@@ -346,7 +402,8 @@ mod tests {
         let state = declared.find("local read_first = nil").unwrap();
         assert!(state < declared.find("local function release").unwrap());
         assert!(per_call.starts_with(
-            "time, clock_ms, clock_us_text, drawn_key = nil, nil, nil, nil\nread_first = nil\n"
+            "time, clock_ms, clock_us_text, drawn_key, deferring, dirty = nil, nil, nil, nil, \
+             false, false\nread_first = nil\n"
         ));
         // a library that reads KEYS or ARGV when it is loaded fails to load
         let code = declared

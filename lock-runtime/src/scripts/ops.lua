@@ -2,11 +2,14 @@
 -- acquires and releases of one service that fall due while another call is on its way share one
 -- call. The kind's `acquire` and `release` functions come before this (see engine/kind.rs), and
 -- its `fast_op` for its common cases when it has one ($FAST_OP; nil when it has none).
--- KEYS: $KEYS per operation: the lock and its fence counter; in Redis Cluster also its
+-- KEYS: $KEYS per operation. In Redis Cluster: the lock, the fence counter of its slot, its
 -- waiting-services zset and, for a kind that uses one, a fourth key of its own (a read-write
--- lock's turn marker, a mutex's waiting heads) - all in the lock's hash tag, so in one cluster
--- slot, and declared so that a call stays correct while that slot migrates. On one server the
--- script names those after the lock key ($QUEUE_K, $FOURTH_K): two arguments fewer per operation.
+-- lock's turn marker, a mutex's waiting heads) - all in the lock's slot, and declared so that a
+-- call stays correct while that slot migrates. On one server: the lock only; the script names
+-- the others after the lock key ($QUEUE_K, $FOURTH_K), and every lock draws its tokens from the
+-- server's one counter ($FENCE_K): three arguments fewer per operation. Either way the
+-- operations of one call share one counter (a cluster call is of one slot), so the call reads
+-- it once and writes it once (see next_token).
 -- ARGV[1] service id; ARGV[2] when the client sent the call, in microseconds of its own clock (a
 -- mutex waiter registered by the call may be granted the lock by another service's release,
 -- which tells it how long after this send time that happened: see kinds/mutex/value.lua), or ''
@@ -55,14 +58,14 @@ local function run_op(keys, argv, k, a)
   local op = argv[a]
   local grant, owner = split_tail(argv[a + 1])
   if op == 'x' then
-    return release(keys[k], keys[k + 1], $QUEUE_K, $FOURTH_K, owner, grant, '', '', '0', false)
+    return release(keys[k], $FENCE_K, $QUEUE_K, $FOURTH_K, owner, grant, '', '', '0', false)
   end
   if op ~= 'r' and op ~= 'k' then
-    return acquire(keys[k], keys[k + 1], $QUEUE_K, $FOURTH_K, owner, grant, argv[a + 2],
+    return acquire(keys[k], $FENCE_K, $QUEUE_K, $FOURTH_K, owner, grant, argv[a + 2],
       argv[a + 3], $EXTRA_A, op == 'f')
   end
   local next_id, next_owner = split_tail(argv[a + 2])
-  return release(keys[k], keys[k + 1], $QUEUE_K, $FOURTH_K, owner, grant, next_owner, next_id,
+  return release(keys[k], $FENCE_K, $QUEUE_K, $FOURTH_K, owner, grant, next_owner, next_id,
     argv[a + 3], op == 'k')
 end
 --@call
@@ -73,6 +76,8 @@ if #KEYS == $KEYS then
   return reply_of(run_op(KEYS, ARGV, 1, 3))
 end
 local replies = {}
+-- the counter is written once, after the loop
+deferring = true
 local stopped, failed = false, false
 local a = 3
 for i = 1, #KEYS / $KEYS do
@@ -113,6 +118,7 @@ for i = 1, #KEYS / $KEYS do
     replies[n - 2], replies[n - 1], replies[n] = tc, tx, ty
   end
 end
+write_drawn()
 if failed then
   return replies
 end

@@ -9,7 +9,8 @@
 --   service stays registered as waiting when its release yields the lock to another service;
 --   $MAX_LEASE, the longest lease in ms a call may ask for; in ops.lua, $KEYS, the keys per
 --   operation (in Redis Cluster 3, or 4 for a kind with a fourth key of its own; on one server
---   2), $QUEUE_K, the waiting-services zset, $FOURTH_K, the fourth key (or nil),
+--   1), $FENCE_K, the fence counter, $QUEUE_K, the waiting-services zset, $FOURTH_K, the
+--   fourth key (or nil),
 --   $ARGS, the arguments per operation (4, or 5 for a kind with an extra argument), $EXTRA_A,
 --   that argument (or ''), and $FAST_OP, the kind's function for its common cases (or nil).
 --
@@ -20,13 +21,14 @@
 -- time. Each kind's file says how it stores its holds.
 --
 -- Fencing tokens: the next token is max(last token + 1, server clock in microseconds), where the
--- last token is read from the fence counter of the lock's cluster slot: one counter per slot,
--- `<prefix>fence:{<n>}` with `n` hashing to the slot (see `KeyNames`), shared by every lock of
--- that slot and never expiring, so their number is bounded (16,384 at most) whatever the number
--- of lock keys. The counter makes tokens strictly increase per lock, also when the server's
--- clock steps back (an NTP step, a restored snapshot, a failover to a node whose clock lags);
--- the clock keeps them increasing when the counter is lost (a failover that drops the last
--- writes, a flush). Tokens stay below 2^53.
+-- last token is read from a fence counter that never expires: in Redis Cluster the counter of
+-- the lock's slot, `<prefix>fence:{<n>}` with `n` hashing to the slot (see `KeyNames`), shared
+-- by every lock of that slot, so their number is bounded (16,384 at most) whatever the number
+-- of lock keys; on one server the one counter every lock shares (slot 0's name). The counter
+-- makes tokens strictly increase per lock, also when the server's clock steps back (an NTP
+-- step, a restored snapshot, a failover to a node whose clock lags); the clock keeps them
+-- increasing when the counter is lost (a failover that drops the last writes, a flush). Tokens
+-- stay below 2^53.
 
 -- The calling service and when it sent the call (ARGV[1] and ARGV[2]): set per call by ops.lua.
 local service, sent

@@ -121,8 +121,8 @@ async fn sixty_four_concurrent_callers_share_script_calls() {
 }
 
 /// Locks of one cluster slot granted in one call share the slot's fence counter: the call reads
-/// it once (`SET .. GET`) and draws the next tokens from the one it drew (a plain `SET` each),
-/// still strictly increasing.
+/// it once (`SET .. GET`), draws the next tokens from the one it drew and writes the last one
+/// once, after its operations ran; the tokens still strictly increase.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_call_reads_the_counter_of_a_slot_once() {
     let fx = Fixture::own(Spec::cluster()).await;
@@ -155,11 +155,64 @@ async fn a_call_reads_the_counter_of_a_slot_once() {
     let counter: Vec<String> = monitor.lines();
     let reads = counter.iter().filter(|l| l.ends_with("\"get\"")).count();
     assert_eq!(reads, 1, "{counter:#?}");
-    assert_eq!(counter.len(), 3, "one write per token: {counter:#?}");
+    assert_eq!(
+        counter.len(),
+        2,
+        "one read and one write per call: {counter:#?}"
+    );
     let tokens: Vec<u64> = all.guards().iter().map(|g| g.fence()).collect();
     assert!(
         tokens.windows(2).all(|w| w[1] == w[0] + 1),
         "tokens drawn one after another: {tokens:?}"
     );
+    let last = format!("\"{}\"", tokens.last().unwrap());
+    assert!(
+        counter[1].contains(&last),
+        "the last token is stored: {counter:#?}"
+    );
     all.release().await.unwrap();
+}
+
+/// On one server every lock draws its tokens from the server's one counter, so the operations of
+/// one call share it whatever their keys: eight locks granted in one call read the counter once
+/// and write it once (on a counter per slot it was eight reads and eight writes), and their
+/// tokens follow one another.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn on_one_server_a_call_reads_and_writes_the_counter_once() {
+    let fx = Fixture::own(Spec::Single).await;
+    let locks = fx.service(LONG_WATCHDOG).await;
+    let keys: Vec<String> = (0..8)
+        .map(|i| unique_key(&format!("one-counter-{i}")))
+        .collect();
+    // the script is loaded and the connections are up before counting
+    locks.lock(&keys[0]).await.unwrap().release().await.unwrap();
+
+    let monitor = Monitor::start(fx.topo().master_port(), |l| {
+        script_call(l) || (l.contains(" lua] ") && l.contains(":fence:{"))
+    })
+    .await;
+    let all = locks.lock_all(keys.clone()).await.unwrap();
+    monitor.sync().await;
+    let lines = monitor.lines();
+    let calls = lines.iter().filter(|l| script_call(l)).count();
+    assert_eq!(calls, 1, "the eight acquires share one call: {lines:#?}");
+    let counter: Vec<&String> = lines.iter().filter(|l| l.contains(" lua] ")).collect();
+    assert_eq!(counter.len(), 2, "one read and one write: {counter:#?}");
+    assert!(counter[0].ends_with("\"get\""), "{counter:#?}");
+    let mut tokens: Vec<u64> = all.guards().iter().map(|g| g.fence()).collect();
+    tokens.sort_unstable();
+    assert!(
+        tokens.windows(2).all(|w| w[1] == w[0] + 1),
+        "tokens drawn one after another: {tokens:?}"
+    );
+    let last = tokens.last().unwrap().to_string();
+    assert!(
+        counter[1].contains(&format!("\"{last}\"")),
+        "the last token is stored: {counter:#?}"
+    );
+    all.release().await.unwrap();
+    // the next call goes on from it
+    let next = locks.lock(&keys[0]).await.unwrap();
+    assert!(next.fence() > *tokens.last().unwrap());
+    next.release().await.unwrap();
 }

@@ -27,7 +27,7 @@ local function fast_op(keys, k, argv, a)
     -- a redis.call would be formatted as a float)
     local lease = argv[a + 2]
     checked_lease(lease)
-    local token = next_token(keys[k + 1])
+    local token = next_token($FENCE_K)
     local padded = token
     if #padded < 16 then
       padded = string.rep('0', 16 - #padded) .. padded

@@ -62,7 +62,7 @@ local function acquire(lock, fence_key, queue, _, owner, grant_id, lease, horizo
   local field = 'p:' .. grant_id
   local mine = redis.call('hget', lock, field)
   if mine then
-    return 2, string.match(mine, '^%d+ %d+ @(%d+) ') or redis.call('get', fence_key) or '0', 1
+    return 2, string.match(mine, '^%d+ %d+ @(%d+) ') or last_token(fence_key) or '0', 1
   end
   if horizon == '-1' then
     return 0, redis.call('pttl', lock), 0
