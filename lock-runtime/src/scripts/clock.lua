@@ -2,7 +2,12 @@
 -- the lock operations (ops.lua, after prelude.lua) and the kinds' renewals (renew.lua).
 -- scripts/mod.rs puts this first and replaces $MAX_LEASE with its literal; in the Function form
 -- (one definition for every call) it resets `time`, `clock_ms`, `clock_us_text`, `drawn_key`,
--- `deferring` and `dirty` per call.
+-- `deferring` and `dirty` per call, and sets `rcall` and the other locals of the first lines.
+
+-- What the operations call most, as locals: a global costs a table lookup per use (`redis.call`
+-- and `string.format` two). A Function library reaches no global while it loads: scripts/mod.rs
+-- sets these after this part in the script form, per call in the Function form.
+local rcall, sformat, sbyte, sfind = nil, nil, nil, nil
 
 -- The server clock (TIME's reply: seconds, microseconds), read once per run: grants of one run
 -- may share a reading, the counter keeps their tokens apart.
@@ -12,8 +17,9 @@ local time = nil
 local clock_ms = nil
 -- That reading in microseconds as decimal text, once a call asked for it (`clock_us`).
 local clock_us_text = nil
--- The fence counter this call drew its last token from, and that token (decimal text).
-local drawn_key, drawn_token = nil, nil
+-- The fence counter this call drew its last token from, and that token (decimal text, and as a
+-- number).
+local drawn_key, drawn_token, drawn_number = nil, nil, nil
 -- Whether a token drawn from `drawn_key` after the first may wait to be written until the
 -- call's operations have run (`deferring`, set by ops.lua's loop, which writes it at its end:
 -- one write per call and counter instead of one per token; a script runs alone, so nothing
@@ -42,13 +48,21 @@ local function now_ms()
   return clock_ms
 end
 
+-- The last lease text `checked_lease` accepted, and its value: the acquires of a call mostly
+-- ask for the same lease, and converting its text costs a string-to-float parse.
+local accepted_text, accepted_ms = nil, nil
+
 -- A lease in ms as sent by the client, checked before anything is written (Lua does not roll
 -- back a script that fails half-way).
 local function checked_lease(lease)
+  if lease == accepted_text then
+    return accepted_ms
+  end
   local ms = tonumber(lease)
   if not ms or ms < 1 or ms > $MAX_LEASE or ms ~= math.floor(ms) then
     error('invalid lease ' .. tostring(lease) .. ' ms (1 to ' .. $MAX_LEASE .. ')')
   end
+  accepted_text, accepted_ms = lease, ms
   return ms
 end
 
@@ -56,7 +70,7 @@ end
 -- Writes the last token drawn to its counter if that write was deferred.
 local function write_drawn()
   if dirty then
-    redis.call('set', drawn_key, drawn_token)
+    rcall('set', drawn_key, drawn_token)
     dirty = false
   end
 end
@@ -81,22 +95,27 @@ end
 -- stay below 2^53, exact as Lua numbers and written with '%d' (no float formatting).
 local function next_token(fence_key)
   local token
+  local number
   if fence_key == drawn_key then
-    token = string.format('%d', tonumber(drawn_token) + 1)
+    number = drawn_number + 1
+    token = sformat('%d', number)
     if deferring then
       dirty = true
     else
-      redis.call('set', fence_key, token)
+      rcall('set', fence_key, token)
     end
   else
     write_drawn()
     token = clock_us()
-    local last = redis.call('set', fence_key, token, 'get')
+    local last = rcall('set', fence_key, token, 'get')
     if last and (#last > #token or (#last == #token and last >= token)) then
-      token = string.format('%d', tonumber(last) + 1)
-      redis.call('set', fence_key, token)
+      number = tonumber(last) + 1
+      token = sformat('%d', number)
+      rcall('set', fence_key, token)
+    else
+      number = tonumber(token)
     end
   end
-  drawn_key, drawn_token = fence_key, token
+  drawn_key, drawn_token, drawn_number = fence_key, token, number
   return token
 end

@@ -94,6 +94,12 @@ pub(crate) struct Function {
     pub(crate) library: String,
 }
 
+/// What a script that starts with `clock.lua` runs after it (the script form, `EVALSHA`) or on
+/// every call (the Function form: a library reaches no global while it loads): the locals of
+/// the functions the operations call most.
+const SET_RCALL: &str =
+    "rcall, sformat, sbyte, sfind = redis.call, string.format, string.byte, string.find\n";
+
 /// The operations of the kind whose Lua is `kind_lua`, with a service's settings: `clock.lua`,
 /// `reply.lua`, the kind's `kind_first` part (its common operations done before the rest is
 /// defined, see [`Kind::lua_first`](crate::engine::Kind)), `prelude.lua`, the kind's functions
@@ -175,6 +181,7 @@ pub(crate) fn ops(
     let script = Script::new(&with_literals(
         [
             &shared,
+            SET_RCALL,
             first_declared,
             "\n",
             first_per_call,
@@ -190,7 +197,8 @@ pub(crate) fn ops(
     let library = with_literals(format!(
         "#!lua name={name}\n{shared}{first_declared}\n{prelude}{kind}{ops_declared}\n\
          redis.register_function('{name}', function(KEYS, ARGV)\n\
-         time, clock_ms, clock_us_text, drawn_key, deferring, dirty = nil, nil, nil, nil, false, false\n\
+         {SET_RCALL}time, clock_ms, clock_us_text, drawn_key = nil, nil, nil, nil\n\
+         deferring, dirty = false, false\n\
          {first_per_call}{per_call}\nend)\n"
     ));
     Ops {
@@ -205,7 +213,12 @@ pub(crate) fn ops(
 /// `renew.lua`): the shared clock and lease check, the call's head, the kind's Lua and the loop
 /// over the holds.
 pub(crate) fn renew(kind_lua: &[&str]) -> Script {
-    let mut text = [include_str!("clock.lua"), include_str!("renew.lua")].concat();
+    let mut text = [
+        include_str!("clock.lua"),
+        SET_RCALL,
+        include_str!("renew.lua"),
+    ]
+    .concat();
     for part in kind_lua {
         text.push_str(part);
     }
@@ -401,10 +414,13 @@ mod tests {
         // the fast path's state is declared before the functions that read it, reset per call
         let state = declared.find("local read_first = nil").unwrap();
         assert!(state < declared.find("local function release").unwrap());
-        assert!(per_call.starts_with(
-            "time, clock_ms, clock_us_text, drawn_key, deferring, dirty = nil, nil, nil, nil, \
-             false, false\nread_first = nil\n"
-        ));
+        assert!(per_call.starts_with(&format!(
+            "{SET_RCALL}time, clock_ms, clock_us_text, drawn_key = nil, nil, nil, nil\n\
+             deferring, dirty = false, false\nread_first = nil\n"
+        )));
+        // a library reaches no global while it loads: the locals of the functions the
+        // operations call most are set per call
+        assert!(declared.contains("local rcall, sformat, sbyte, sfind = nil, nil, nil, nil"));
         // a library that reads KEYS or ARGV when it is loaded fails to load
         let code = declared
             .lines()

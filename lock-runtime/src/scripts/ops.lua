@@ -109,7 +109,7 @@ for i = 1, #KEYS / $KEYS do
   -- as text for the reply of one string (reply.lua), unless the call replies an array
   -- (the common values without a function call: a small code, a token's text, a small y)
   local tc = reply_digits[code] or reply_text(code)
-  local tx = type(x) == 'string' and x or reply_text(x)
+  local tx = reply_digits[x] or type(x) == 'string' and x or reply_text(x)
   local ty = reply_digits[y] or reply_text(y)
   if code == -1 or code == -2 or not (tc and tx and ty) then
     failed = true

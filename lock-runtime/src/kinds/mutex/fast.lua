@@ -33,7 +33,7 @@ local function fast_op(keys, k, argv, a)
       padded = string.rep('0', 16 - #padded) .. padded
     end
     -- the value's tail is the argument 'grant|owner' as sent
-    if redis.call('set', keys[k], 'H' .. padded .. argv[a + 1], 'nx', 'px', lease) then
+    if rcall('set', keys[k], 'H' .. padded .. argv[a + 1], 'nx', 'px', lease) then
       return 1, token, 0
     end
     argv[a] = 'a'
@@ -42,9 +42,9 @@ local function fast_op(keys, k, argv, a)
   then
     -- held ('H', byte 72) under this grant: the value's tail from its 18th byte is the argument
     -- (compared in place: cutting the tail out would make Redis hash a new string)
-    local v, tail = redis.call('get', keys[k]), argv[a + 1]
-    if v and string.byte(v) == 72 and #v == 17 + #tail and string.find(v, tail, 18, true) then
-      redis.call('del', keys[k])
+    local v, tail = rcall('get', keys[k]), argv[a + 1]
+    if v and sbyte(v) == 72 and #v == 17 + #tail and sfind(v, tail, 18, true) then
+      rcall('del', keys[k])
       return 2, 0, 0
     end
     read_first = v
