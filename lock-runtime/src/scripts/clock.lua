@@ -18,7 +18,7 @@ local clock_ms = nil
 -- That reading in microseconds as decimal text, once a call asked for it (`clock_us`).
 local clock_us_text = nil
 -- The fence counter this call drew its last token from, and that token (decimal text, and as a
--- number).
+-- number once one was needed: a lone grant needs none).
 local drawn_key, drawn_token, drawn_number = nil, nil, nil
 -- Whether a token drawn from `drawn_key` after the first may wait to be written until the
 -- call's operations have run (`deferring`, set by ops.lua's loop, which writes it at its end:
@@ -95,9 +95,9 @@ end
 -- stay below 2^53, exact as Lua numbers and written with '%d' (no float formatting).
 local function next_token(fence_key)
   local token
-  local number
+  local number = nil
   if fence_key == drawn_key then
-    number = drawn_number + 1
+    number = (drawn_number or tonumber(drawn_token)) + 1
     token = sformat('%d', number)
     if deferring then
       dirty = true
@@ -112,8 +112,6 @@ local function next_token(fence_key)
       number = tonumber(last) + 1
       token = sformat('%d', number)
       rcall('set', fence_key, token)
-    else
-      number = tonumber(token)
     end
   end
   drawn_key, drawn_token, drawn_number = fence_key, token, number

@@ -10,12 +10,18 @@
 local reply_digits = {[-2] = '-2', [-1] = '-1', [0] = '0', '1', '2', '3'}
 
 -- A reply value as decimal text: a number through '%d' (Lua writes a large number in exponent
--- notation, and Redis turns a fraction into an integer by dropping it, as '%d' does), text as
--- it is; nil for anything else.
+-- notation, and Redis turns a fraction into an integer by dropping it, as '%d' does; Lua's own
+-- conversion of a number in a concatenation is a `sprintf` of '%.14g', which costs a call more
+-- than its operation), text as it is; nil for anything else.
 local function reply_text(v)
-  if type(v) == 'number' then
-    return reply_digits[v] or string.format('%d', v)
-  elseif type(v) == 'string' then
+  local digits = reply_digits[v]
+  if digits then
+    return digits
+  end
+  local kind = type(v)
+  if kind == 'number' then
+    return sformat('%d', v)
+  elseif kind == 'string' then
     return v
   end
   return nil

@@ -56,8 +56,11 @@ read_first = nil
 
 if #KEYS == $KEYS then
   local code, x, y = fast_op(KEYS, 1, ARGV, 3)
-  if code then
-    -- (code 1 with a token's text, or 2, 0, 0: as reply_of in reply.lua makes it)
-    return code .. ' ' .. x .. ' ' .. y
+  -- (code 1 with a token's text, or 2, 0, 0: as reply_of in reply.lua makes it, without
+  -- writing a number as text)
+  if code == 1 then
+    return '1 ' .. x .. ' 0'
+  elseif code then
+    return '2 0 0'
   end
 end
