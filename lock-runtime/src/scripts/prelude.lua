@@ -41,10 +41,10 @@ local service, sent
 -- need not lengthen it again. Returns 'new' when the set had no expiry (it was just made),
 -- 'lengthened' when its expiry was lengthened, else nil.
 local function register_waiter(queue, horizon_ms, member)
-  redis.call('zadd', queue, 'gt', now_ms() + horizon_ms, member or service)
+  redis.call('zadd', queue, 'gt', sformat('%d', now_ms() + horizon_ms), member or service)
   local ttl = redis.call('pttl', queue)
   if ttl < horizon_ms then
-    redis.call('pexpire', queue, horizon_ms + math.floor(horizon_ms / 4))
+    redis.call('pexpire', queue, sformat('%d', horizon_ms + math.floor(horizon_ms / 4)))
     if ttl < 0 then
       return 'new'
     end

@@ -54,8 +54,9 @@ end
 -- Replies as ops.lua documents; a refusal's third value is how many permits are free.
 local function acquire(lock, fence_key, queue, _, owner, grant_id, lease, horizon, extra)
   local lease_ms = checked_lease(lease)
-  local want, total = string.match(extra, '^(%d+) (%d+)$')
-  want, total = tonumber(want), tonumber(total)
+  local want, total_text = string.match(extra, '^(%d+) (%d+)$')
+  local total
+  want, total = tonumber(want), tonumber(total_text)
   if not want or want < 1 or not total or want > total then
     error('invalid permit counts ' .. tostring(extra))
   end
@@ -71,8 +72,8 @@ local function acquire(lock, fence_key, queue, _, owner, grant_id, lease, horizo
   if used + want <= total then
     local token = next_token(fence_key)
     local exp = now_ms() + lease_ms
-    redis.call('hset', lock, field, grant_value(exp, want, token, owner), ':n', total)
-    redis.call('pexpire', lock, math.max(exp, latest) - now_ms())
+    redis.call('hset', lock, field, grant_value(exp, want, token, owner), ':n', total_text)
+    redis.call('pexpire', lock, sformat('%d', math.max(exp, latest) - now_ms()))
     return 1, token, 0
   end
   local retry = math.max(earliest - now_ms(), 1)
@@ -95,7 +96,7 @@ local function may_keep(queue, held, total)
     return true
   end
   local now = now_ms()
-  local others = redis.call('zcount', queue, '(' .. now, '+inf')
+  local others = redis.call('zcount', queue, sformat('(%d', now), '+inf')
   if others == 0 then
     return true
   end
@@ -117,10 +118,11 @@ end
 -- next acquire, and read as free meanwhile), so such a release reads nothing but the hash's
 -- length.
 local function release(lock, fence_key, queue, _, _, grant_id, next_owner, next_id, next_terms)
-  local lease, held, want, total
+  local lease, held, want, total, total_text
   if next_owner ~= '' then
-    lease, held, want, total = string.match(next_terms, '^(%d+) (%d+) (%d+) (%d+)$')
-    lease, held, want, total = checked_lease(lease), tonumber(held), tonumber(want), tonumber(total)
+    lease, held, want, total_text = string.match(next_terms, '^(%d+) (%d+) (%d+) (%d+)$')
+    lease, held, want, total = checked_lease(lease), tonumber(held), tonumber(want),
+      tonumber(total_text)
     if not want or want < 1 or not total or want > total then
       error('invalid permit counts ' .. tostring(next_terms))
     end
@@ -136,8 +138,9 @@ local function release(lock, fence_key, queue, _, _, grant_id, next_owner, next_
     if used + want <= total and not made and may_keep(queue, held, total) then
       local token = next_token(fence_key)
       local exp = now_ms() + lease
-      redis.call('hset', lock, field, grant_value(exp, want, token, next_owner), ':n', total)
-      redis.call('pexpire', lock, math.max(exp, latest) - now_ms())
+      redis.call('hset', lock, field, grant_value(exp, want, token, next_owner), ':n',
+        total_text)
+      redis.call('pexpire', lock, sformat('%d', math.max(exp, latest) - now_ms()))
       if used + want < total and redis.call('exists', queue) == 1 then
         redis.call($PUBLISH, lock .. $CHANNEL_SUFFIX, '0')
       end
