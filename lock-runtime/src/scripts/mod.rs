@@ -334,23 +334,29 @@ mod tests {
     use super::*;
 
     const FAST: &str = include_str!("../kinds/mutex/fast.lua");
+    const MUTEX: [&str; 3] = [
+        include_str!("../kinds/mutex/value.lua"),
+        include_str!("../kinds/mutex/acquire.lua"),
+        include_str!("../kinds/mutex/release.lua"),
+    ];
+
+    /// The mutex's operations with its fast path, the `:wh` fourth key and no extra argument.
+    fn mutex_ops(keys: OpKeys<'_>, publish: &str, yield_horizon_ms: u64) -> Ops {
+        ops(
+            FAST,
+            &MUTEX,
+            Some(":wh"),
+            keys,
+            false,
+            publish,
+            yield_horizon_ms,
+        )
+    }
 
     #[test]
     fn ops_gets_every_setting_as_a_literal() {
-        let kind = [
-            include_str!("../kinds/mutex/value.lua"),
-            include_str!("../kinds/mutex/acquire.lua"),
-            include_str!("../kinds/mutex/release.lua"),
-        ];
-        let ops = ops(
-            FAST,
-            &kind,
-            Some(":wh"),
-            OpKeys::Declared,
-            false,
-            "spublish",
-            31_000,
-        );
+        let kind = MUTEX;
+        let ops = mutex_ops(OpKeys::Declared, "spublish", 31_000);
         let text = &ops.function.library;
         assert!(!text.contains('$'), "a setting was left out");
         assert!(text.contains("redis.call('spublish', lock .. ':ch', target)"));
@@ -373,7 +379,7 @@ mod tests {
         let named = OpKeys::Named {
             counter: "it's\\$KEYS:fence:{0}",
         };
-        let one_server = super::ops(FAST, &kind, Some(":wh"), named, false, "publish", 1);
+        let one_server = mutex_ops(named, "publish", 1);
         let text = &one_server.function.library;
         assert!(text.contains("for i = 1, #KEYS / 1 do"));
         assert_eq!((one_server.keys_per_op, ops.keys_per_op), (1, 4));
@@ -389,20 +395,7 @@ mod tests {
 
     #[test]
     fn the_function_form_declares_once_and_runs_the_rest_per_call() {
-        let kind = [
-            include_str!("../kinds/mutex/value.lua"),
-            include_str!("../kinds/mutex/acquire.lua"),
-            include_str!("../kinds/mutex/release.lua"),
-        ];
-        let ops = ops(
-            FAST,
-            &kind,
-            Some(":wh"),
-            OpKeys::Declared,
-            false,
-            "publish",
-            31_000,
-        );
+        let ops = mutex_ops(OpKeys::Declared, "publish", 31_000);
         let Function { name, library } = &ops.function;
         assert_eq!(*name, format!("lockrt_{}", ops.script.get_hash()));
         assert!(library.starts_with(&format!("#!lua name={name}\n")));
