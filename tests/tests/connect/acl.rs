@@ -212,8 +212,12 @@ async fn lock_family(a: &LockService, b: &LockService) -> Result<(), Trouble> {
     });
     let deadline = Instant::now() + Duration::from_secs(5);
     loop {
+        // both services registered on Redis, and both callers parked: A counts its own now
+        // (a caller whose attempt is on its way is not counted, and A's release would pass it
+        // over), B's as it reported it (every second)
         let info = a.inspect_kind(LockKind::Semaphore, &name).await?;
-        if info.waiting_services == 2 {
+        let parked: u32 = info.waiters.iter().filter_map(|w| w.waiting).sum();
+        if info.waiting_services == 2 && parked == 2 {
             break;
         }
         check(Instant::now() < deadline, || {
