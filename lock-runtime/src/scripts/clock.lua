@@ -83,6 +83,14 @@ local function last_token(fence_key)
   return redis.call('get', fence_key)
 end
 
+-- A token's text as a lock's value stores it: 16 decimal digits, zero-padded (tokens < 2^53).
+local function stored_token(token)
+  if #token < 16 then
+    return string.rep('0', 16 - #token) .. token
+  end
+  return token
+end
+
 -- The next fencing token of the lock whose counter is `fence_key`, as decimal text, stored as
 -- the last token issued (see prelude.lua for the counters). In the common case the clock is
 -- ahead of the last token, and one SET ... GET reads the last token and writes the new one; only

@@ -31,12 +31,8 @@ local function fast_op(keys, k, argv, a)
     local lease = argv[a + 2]
     checked_lease(lease)
     local token = next_token($FENCE_K)
-    local padded = token
-    if #padded < 16 then
-      padded = string.rep('0', 16 - #padded) .. padded
-    end
     -- the value's tail is the argument 'grant|owner' as sent
-    if rcall('set', keys[k], 'H' .. padded .. argv[a + 1], 'nx', 'px', lease) then
+    if rcall('set', keys[k], 'H' .. stored_token(token) .. argv[a + 1], 'nx', 'px', lease) then
       return 1, token, 0
     end
     argv[a] = 'a'
@@ -67,11 +63,8 @@ local function fast_op(keys, k, argv, a)
       if next_tail ~= '' and (state == 72 or (state == 87 and op == 'k')) then
         -- to the next waiter of this service: nobody else waits, or it is this service's turn
         local token = next_token($FENCE_K)
-        local padded = token
-        if #padded < 16 then
-          padded = string.rep('0', 16 - #padded) .. padded
-        end
-        rcall('set', keys[k], (state == 72 and 'H' or 'W') .. padded .. next_tail, 'px', lease)
+        local value = (state == 72 and 'H' or 'W') .. stored_token(token) .. next_tail
+        rcall('set', keys[k], value, 'px', lease)
         return 3, token, 0
       end
     end

@@ -31,10 +31,7 @@ end
 
 -- A mutex's value: state, token (decimal text without padding), grant ids, owner field.
 local function held(state, token, ids, owner)
-  if #token < 16 then
-    token = string.rep('0', 16 - #token) .. token
-  end
-  return state .. token .. ids .. '|' .. owner
+  return state .. stored_token(token) .. ids .. '|' .. owner
 end
 
 -- A registered service's head waiter, in the hash `<lock>:wh` (field: the service id), so that
