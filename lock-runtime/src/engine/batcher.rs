@@ -283,12 +283,17 @@ mod tests {
         Batcher::new(runtime.handle())
     }
 
-    #[test]
-    fn a_hand_off_does_not_wait_for_a_call_to_come_back() {
-        let batcher = batcher();
+    /// Takes every call slot of `batcher`: the operations after queue.
+    fn take_every_slot(batcher: &Batcher) {
         for _ in 0..IN_FLIGHT {
             assert!(batcher.take_or_queue(acquire()).is_ok());
         }
+    }
+
+    #[test]
+    fn a_hand_off_does_not_wait_for_a_call_to_come_back() {
+        let batcher = batcher();
+        take_every_slot(&batcher);
         // every slot taken: other operations queue
         let _acquire = batcher.take_or_queue(acquire()).err().expect("queued");
         let _release = batcher.take_or_queue(release(false)).err().expect("queued");
@@ -324,18 +329,14 @@ mod tests {
             .build()
             .unwrap();
         let batcher = Batcher::new(runtime.handle());
-        for _ in 0..IN_FLIGHT {
-            assert!(batcher.take_or_queue(acquire()).is_ok());
-        }
+        take_every_slot(&batcher);
         let _hand_off = batcher.take_or_queue(release(true)).err().expect("queued");
     }
 
     #[test]
     fn queued_operations_past_the_timeout_fail_unsent_and_a_call_keeps_the_oldest_deadline() {
         let batcher = batcher();
-        for _ in 0..IN_FLIGHT {
-            assert!(batcher.take_or_queue(acquire()).is_ok());
-        }
+        take_every_slot(&batcher);
         let _old = batcher.take_or_queue(acquire()).err().expect("queued");
         std::thread::sleep(Duration::from_millis(30));
         let _new = batcher.take_or_queue(release(false)).err().expect("queued");

@@ -315,8 +315,8 @@ impl<G: Send + 'static> RwRequest<'_, G> {
                     .iter()
                     .any(|k| **k == READ)
             });
-        let checked = match upgrade {
-            true => Err(LockError::new(
+        let checked = if upgrade {
+            Err(LockError::new(
                 ErrorKind::WouldDeadlock,
                 format!(
                     "write lock `{}` asked for by an owner that holds it for reading: an \
@@ -326,8 +326,9 @@ impl<G: Send + 'static> RwRequest<'_, G> {
                     self.key
                 ),
             )
-            .with_key(&self.key)),
-            false => Ok(()),
+            .with_key(&self.key))
+        } else {
+            Ok(())
         };
         (acquiring, self.lease, self.wait, checked)
     }
