@@ -59,9 +59,9 @@
 //! | kind | call | guard | when to use it | tested in (`tests/tests/`) |
 //! |---|---|---|---|---|
 //! | mutex | [`LockService::lock`] | [`LockGuard`] | one holder at a time | `mutex/` |
-//! | read-write | [`LockService::read`], [`LockService::write`] | [`ReadGuard`], [`WriteGuard`] | read often, write rarely: readers together, a writer alone (writer preference, downgrade, no upgrade) | `rw.rs` |
+//! | read-write | [`LockService::read`], [`LockService::write`] | [`ReadGuard`], [`WriteGuard`] | read often, write rarely: readers together, a writer alone (writer preference, downgrade, no upgrade) | `rw/` |
 //! | multi-key | [`LockService::lock_all`] | [`MultiGuard`] | one operation over several keys, all or nothing, no deadlock | `multi/keys.rs` |
-//! | semaphore | [`LockService::semaphore`] | [`Permit`] | at most n at once cluster-wide; permits expire with their lease | `semaphore.rs` |
+//! | semaphore | [`LockService::semaphore`] | [`Permit`] | at most n at once cluster-wide; permits expire with their lease | `semaphore/` |
 //!
 //! [`fenced`] makes the data itself reject a holder whose lock passed to someone else (a Redis
 //! value or hash that accepts only newer tokens; the SQL pattern for databases).
