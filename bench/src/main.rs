@@ -20,6 +20,13 @@
 //!   default retries: a waiter tries again after a random sleep of up to 200 ms. Its figures
 //!   are printed as informational checks: the targets compare ours with raw and Redisson-style.
 //!
+//! and, in S1 and S2, the raw lock with a fencing token:
+//!
+//! - fenced baseline ([`raw`]): raw's acquire script with what every fenced lock adds to an
+//!   acquire, in the same script: the server clock and the token counter of the lock's slot
+//!   (`max(last + 1, clock)`); one script call per acquire. It prices fencing itself, apart
+//!   from any library, and is printed as an informational check.
+//!
 //! | | scenario | targets (issue #16) |
 //! |---|---|---|
 //! | S1 ([`uncontended_latency`]) | uncontended latency: 1 task, acquire + release on one key | median <= 1.05x raw, for `LockService` and the annotated fn |

@@ -1,13 +1,13 @@
 //! S1, uncontended latency: one task, acquire + release on one key.
 //!
 //! Variants: the raw baseline, our `LockService` (with a lease), the annotated fn, the
-//! Redisson-style baseline and the rslock peer (`LockManager::acquire` + `LockGuard::release`,
-//! one node). They run in interleaved rounds (rotating the order) so that load
+//! Redisson-style baseline, the rslock peer (`LockManager::acquire` + `LockGuard::release`,
+//! one node) and the fenced baseline (`raw`: the raw lock plus a fencing token). They run in interleaved rounds (rotating the order) so that load
 //! from other processes hits them alike; median and p99 are over all pairs of a variant.
 //!
 //! Target: our median at most 1.05x the raw baseline's, for `LockService` and for the annotated
-//! fn (informational on a cluster, where the issue sets no S1 target). rslock's ratio is
-//! printed as an informational check against the same bound.
+//! fn (informational on a cluster, where the issue sets no S1 target). rslock's and the fenced
+//! baseline's ratios are printed as informational checks against the same bound.
 
 use std::time::Duration;
 
@@ -34,6 +34,8 @@ const NAMES: [&str; 4] = [
 const OURS: [usize; 2] = [1, 2];
 /// The rslock peer, after [`NAMES`] (its name depends on the topology).
 const RSLOCK: usize = NAMES.len();
+/// The fenced baseline (see `raw`), after the rslock peer: informational.
+const FENCED: usize = RSLOCK + 1;
 const WARMUP: usize = 200;
 /// The S1 target: our median at most this many times the baseline's.
 const TARGET: f64 = 1.05;
@@ -72,6 +74,18 @@ impl Paths {
                 guard.release().await;
                 Ok(())
             }
+            FENCED => {
+                let token = raw::token();
+                if self
+                    .raw
+                    .try_acquire_fenced(&self.raw_key, &token)
+                    .await?
+                    .is_none()
+                {
+                    return Err("S1 fenced baseline: the key was held".into());
+                }
+                self.raw.release_fenced(&self.raw_key, &token).await
+            }
             _ => {
                 let wait = Duration::from_secs(2);
                 self.redisson
@@ -97,7 +111,7 @@ pub(crate) async fn run(ctx: &Ctx) -> Result<Scenario> {
     paths.owner = paths.redisson.owner();
     let names: Vec<&str> = NAMES
         .into_iter()
-        .chain([redlock::name(&ctx.redis)])
+        .chain([redlock::name(&ctx.redis), raw::FENCED_NAME])
         .collect();
     for variant in 0..names.len() {
         for _ in 0..WARMUP {
@@ -151,6 +165,7 @@ pub(crate) async fn run(ctx: &Ctx) -> Result<Scenario> {
         variants: Vec::new(),
         extra: json!({}),
     };
+    scenario.notes.push(raw::FENCED_NOTE.into());
     for (i, name) in names.iter().enumerate() {
         let (s, c) = (&samples[i], &counts[i]);
         scenario.rows.push(
@@ -181,11 +196,13 @@ pub(crate) async fn run(ctx: &Ctx) -> Result<Scenario> {
             r <= TARGET,
         ));
     }
-    let r = samples[RSLOCK].median() / base;
-    scenario.targets.push(Target::info(
-        format!("{} median <= {TARGET:.2}x baseline", names[RSLOCK]),
-        ratio(r),
-        r <= TARGET,
-    ));
+    for i in [RSLOCK, FENCED] {
+        let r = samples[i].median() / base;
+        scenario.targets.push(Target::info(
+            format!("{} median <= {TARGET:.2}x baseline", names[i]),
+            ratio(r),
+            r <= TARGET,
+        ));
+    }
     Ok(scenario)
 }

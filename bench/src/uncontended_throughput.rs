@@ -2,13 +2,16 @@
 //!
 //! Variants: the raw baseline, our `LockService` with a lease and in watchdog mode (no lease:
 //! the watchdog renews the hold), the annotated fn (with a lease), the Redisson-style
-//! baseline (with a lease) and the rslock peer (one node, the lease as its TTL). Each variant runs in slices interleaved with the others (rotating
-//! the order); the rate is all pairs over all slice time. All tasks of a variant share one
-//! connection or one service, as one application instance would.
+//! baseline (with a lease), the rslock peer (one node, the lease as its TTL) and the fenced
+//! baseline (`raw`: the raw lock plus a fencing token, one script call per acquire). Each
+//! variant runs in slices interleaved with the others (rotating the order); the rate is all
+//! pairs over all slice time. All tasks of a variant share one connection or one service, as one
+//! application instance would.
 //!
 //! Targets: `LockService` at least 0.90x the raw baseline's rate with a lease and in watchdog
 //! mode (0.85x on a cluster), and faster than the Redisson-style baseline (with a lease each).
-//! rslock's ratio is printed as an informational check against the same bound.
+//! rslock's and the fenced baseline's ratios are printed as informational checks against the
+//! same bound.
 
 use std::time::{Duration, Instant};
 
@@ -37,7 +40,9 @@ const ANNOTATED: usize = 3;
 const REDISSON: usize = 4;
 /// The rslock peer, after [`NAMES`] (its name depends on the topology).
 const RSLOCK: usize = NAMES.len();
-const VARIANTS: usize = NAMES.len() + 1;
+/// The fenced baseline (see `raw`), after the rslock peer: informational.
+const FENCED: usize = RSLOCK + 1;
+const VARIANTS: usize = NAMES.len() + 2;
 const TASKS: u64 = 64;
 /// The S2 target: our rate at least this fraction of the baseline's (one server, a cluster).
 const TARGET: f64 = 0.90;
@@ -95,6 +100,13 @@ async fn slice(variant: usize, paths: &Paths, slice: Duration) -> Result<u64> {
                     }
                     ANNOTATED => annotated::locked(id).await?,
                     RSLOCK => rslock.acquire(&lib_key).await?.release().await,
+                    FENCED => {
+                        let token = raw::token();
+                        if raw.try_acquire_fenced(&raw_key, &token).await?.is_none() {
+                            return Err("S2 fenced baseline: the key was held".into());
+                        }
+                        raw.release_fenced(&raw_key, &token).await?;
+                    }
                     _ => {
                         let wait = Duration::from_secs(2);
                         redisson.lock(&lib_key, &owner, LEASE, wait).await?;
@@ -128,7 +140,7 @@ pub(crate) async fn run(ctx: &Ctx) -> Result<Scenario> {
     };
     let names: Vec<&str> = NAMES
         .into_iter()
-        .chain([redlock::name(&ctx.redis)])
+        .chain([redlock::name(&ctx.redis), raw::FENCED_NAME])
         .collect();
     for variant in 0..VARIANTS {
         slice(variant, &paths, Duration::from_millis(100)).await?;
@@ -171,6 +183,7 @@ pub(crate) async fn run(ctx: &Ctx) -> Result<Scenario> {
                  acquire(key, 5 s) + release (its SET NX PX counted as a round trip)",
                 names[RSLOCK]
             ),
+            raw::FENCED_NOTE.into(),
         ],
         targets: Vec::new(),
         variants: Vec::new(),
@@ -217,11 +230,13 @@ pub(crate) async fn run(ctx: &Ctx) -> Result<Scenario> {
             r > 1.0,
         ));
     }
-    let r = rate(RSLOCK) / rate(0);
-    scenario.targets.push(Target::info(
-        format!("{} pairs/s >= {target:.2}x baseline", names[RSLOCK]),
-        ratio(r),
-        r >= target,
-    ));
+    for i in [RSLOCK, FENCED] {
+        let r = rate(i) / rate(0);
+        scenario.targets.push(Target::info(
+            format!("{} pairs/s >= {target:.2}x baseline", names[i]),
+            ratio(r),
+            r >= target,
+        ));
+    }
     Ok(scenario)
 }
