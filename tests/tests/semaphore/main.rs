@@ -9,7 +9,8 @@
 //! delays replies (`faults`). What several of them use is in `support` and `contention`.
 //!
 //! A semaphore `name` is the hash `lock:sem:{name}` on Redis (one field `p:<grant id>` per
-//! grant), with `:wq` and the channel `:ch` after it, and the fence counter of its slot.
+//! grant), with `:wq` and the channel `:ch` after it, and the fence counter it draws
+//! its tokens from (its slot's on a cluster, the server's one otherwise).
 
 #[macro_use]
 #[path = "../common/mod.rs"]
