@@ -6,6 +6,7 @@
 //! The `history_*` tests (module `history`) run the history checker under faults, for each
 //! kind of the family.
 
+mod figures;
 mod history;
 mod load;
 

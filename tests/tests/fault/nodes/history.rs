@@ -35,7 +35,8 @@
 use std::time::Duration;
 
 use super::LONG_WATCHDOG;
-use super::load::{Family, Load, Resource, WorkerSpec, config, print_table, trio};
+use super::figures::print_table;
+use super::load::{Family, Load, Resource, WorkerSpec, config, trio};
 use crate::common::{Fixture, eventually};
 use lock_tests::harness::{Proxy, Spec, Topology, unique_key};
 use lock_tests::history::monotonic_ns;
