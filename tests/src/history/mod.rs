@@ -1,6 +1,10 @@
 //! A history checker for critical sections taken by several processes while faults are
 //! injected, and a fenced resource that checks tokens.
 //!
+//! The checker is this module. The fenced resource the workers write to is in [`resource`], and
+//! the table the fault tests print their figures in is in [`report`]; their items are
+//! re-exported here.
+//!
 //! # What is recorded
 //!
 //! Workers (`lock-worker … history …`, see `src/bin/lock-worker.rs`) loop: lock, critical work,
@@ -43,9 +47,9 @@
 //!   deploy that changes it: each grant fits the caller's count), the largest of the open
 //!   sections' counts is the limit, which no run of grants can exceed.
 //! * **[`torn_reads`](History::torn_reads)**: read shares that saw a write in progress. A writer
-//!   of a read-write lock writes in two parts (see below); a reader reads both parts at the start
-//!   of its hold and again at its end, and a reader that saw the parts differ, or saw them change
-//!   between its two looks, was not excluded from a writer.
+//!   of a read-write lock writes in two parts (see [`resource`]); a reader reads both parts at
+//!   the start of its hold and again at its end, and a reader that saw the parts differ, or saw
+//!   them change between its two looks, was not excluded from a writer.
 //! * **[`half_writes`](History::half_writes)**: writers whose first part the resource accepted
 //!   and whose second it refused: a newer writer wrote in between.
 //! * **[`shared_tokens`](History::shared_tokens)** and
@@ -71,53 +75,17 @@
 //! to the injected latency), the server under test is the one being stalled or killed, and
 //! after a failover it is another server's clock. (The price: the checker needs all processes
 //! on one host, which the harness guarantees - it only starts loopback topologies.)
-//!
-//! # The fenced resource
-//!
-//! The data the lock protects is a Redis hash `res:{<id>}` (field `fence`: the highest token
-//! accepted so far) with a log list `res:{<id>}:log` beside it (one hash tag, so both share a
-//! slot anywhere). Workers write through [`FENCED_WRITE`], a script that accepts a write only
-//! when its token is greater than the stored one and appends `<token> <worker> <1|0>` to the
-//! log either way; Redis runs scripts one at a time, so the log is the order in which the
-//! resource saw the writes. [`ResourceCheck`] reads it back:
-//!
-//! * **stale writes accepted**: accepted writes whose token is not greater than an earlier
-//!   accepted one. The script makes this impossible by construction; it is counted so that a
-//!   broken script (or a resource that lost its state) shows up rather than passes silently.
-//! * **stale writes rejected**: writes the script refused. These are the interesting figure: a
-//!   holder that woke up from a pause longer than its lease and wrote with its old token, after
-//!   a newer holder had written. With leases kept, every write of a mutex or a writer carries a
-//!   greater token than the one before it (tokens increase with every grant, and no two
-//!   holders overlap), so any rejection there means tokens were issued out of order. Permit
-//!   holders of a semaphore of n > 1 overlap by design, so their writes are refused whenever a
-//!   newer permit wrote first (see [`History::unexplained_rejections`]).
-//!
-//! A writer of a read-write lock writes in two parts, to show a reader that was not excluded:
-//! [`FENCED_WRITE`] (the `fence` field, and the log), then [`FENCED_WRITE_END`], which sets the
-//! field `done` to the token only when `fence` still holds it (the same hold; a newer writer's
-//! write is never half overwritten). Readers read both fields with one `HMGET` (at one
-//! moment); between writes they are equal. Read shares make no write.
-//!
-//! The resource lives on a `redis-server` of its own that the injected faults never touch (the
-//! tests use the test binary's shared single server), not on the lock topology. A resource is
-//! something else than the lock service - a database, a file store - and the fence check is
-//! only as good as the resource's memory: on a lock server that is failed over or restarted
-//! without persistence, the stored token would vanish with the lock data and the check would
-//! accept anything afterwards, which says nothing about the lock. On a stalled lock server the
-//! writes would stall too and stretch the sections with a fault the lock never sees.
-//!
-//! # Figures
-//!
-//! A [`Row`] per scenario (faults injected, grants, overlaps, stale writes accepted and
-//! rejected, errors by kind, recovery time) and [`table`] to print them. Recovery time is
-//! measured per fault from its end (for an instantaneous fault such as a kill or a dropped
-//! reply: the moment it happened) to the first section that started after it (by the worker
-//! the fault hit, when it hit only one); the row shows the longest. A stopped holder is the
-//! exception: the lock recovers when another worker gets it, so that is measured from the
-//! moment the holder was stopped to the first grant to another worker.
+
+pub mod report;
+pub mod resource;
+
+pub use report::{Row, table};
+pub use resource::{FENCED_WRITE, FENCED_WRITE_END, LogEntry, ResourceCheck, resource_log_key};
+
+#[cfg(test)]
+use report::COLUMNS;
 
 use std::collections::BTreeMap;
-use std::fmt::Write as _;
 use std::time::Duration;
 
 /// `CLOCK_MONOTONIC` in nanoseconds: one clock for every process on this machine (see the
@@ -131,45 +99,6 @@ pub fn monotonic_ns() -> u64 {
     let rc = unsafe { libc::clock_gettime(libc::CLOCK_MONOTONIC, &mut ts) };
     assert_eq!(rc, 0, "clock_gettime(CLOCK_MONOTONIC) failed");
     ts.tv_sec as u64 * 1_000_000_000 + ts.tv_nsec as u64
-}
-
-/// The token-checking write: `KEYS[1]` the resource hash, `KEYS[2]` its log list, `ARGV[1]`
-/// the fencing token (decimal), `ARGV[2]` the writer's name. Accepts (sets `fence` and
-/// `writer`, returns 1) only when the token is greater than the stored `fence`, else returns
-/// 0; appends `<token> <writer> <1|0>` to the log either way.
-///
-/// Tokens are compared as decimal strings (longer is greater, equal lengths compare
-/// bytewise), which is exact for every `u64`; Lua numbers are doubles and would not be.
-pub const FENCED_WRITE: &str = r"
-local token = ARGV[1]
-if not string.match(token, '^[1-9]%d*$') then
-  return redis.error_reply('fenced write: token must be a positive decimal, got ' .. token)
-end
-local stored = redis.call('HGET', KEYS[1], 'fence') or '0'
-local newer = #token > #stored or (#token == #stored and token > stored)
-if newer then
-  redis.call('HSET', KEYS[1], 'fence', token, 'writer', ARGV[2])
-end
-redis.call('RPUSH', KEYS[2], token .. ' ' .. ARGV[2] .. ' ' .. (newer and '1' or '0'))
-if newer then return 1 end
-return 0
-";
-
-/// The second part of a writer's write (see the module docs): `KEYS[1]` the resource hash,
-/// `ARGV[1]` the token. Sets `done` to the token and returns 1 when `fence` is that token (the
-/// first part of this hold's write is the last one accepted), else returns 0 and writes
-/// nothing.
-pub const FENCED_WRITE_END: &str = r"
-if redis.call('HGET', KEYS[1], 'fence') == ARGV[1] then
-  redis.call('HSET', KEYS[1], 'done', ARGV[1])
-  return 1
-end
-return 0
-";
-
-/// The key of the log list of the resource `resource` (`res:{id}` → `res:{id}:log`).
-pub fn resource_log_key(resource: &str) -> String {
-    format!("{resource}:log")
 }
 
 /// What became of the write of a section.
@@ -797,187 +726,6 @@ pub struct Bypass {
     pub others: usize,
     /// Between its two grants.
     pub waited: Duration,
-}
-
-/// One write in the resource's log.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct LogEntry {
-    /// The token it carried.
-    pub fence: u64,
-    /// The writer's name.
-    pub worker: String,
-    /// Whether the script accepted it.
-    pub accepted: bool,
-}
-
-impl LogEntry {
-    /// Parses `<token> <worker> <1|0>`.
-    pub fn parse(line: &str) -> Option<LogEntry> {
-        let mut words = line.split(' ');
-        let fence = words.next()?.parse().ok()?;
-        let worker = words.next()?.to_owned();
-        let accepted = match words.next()? {
-            "1" => true,
-            "0" => false,
-            _ => return None,
-        };
-        Some(LogEntry {
-            fence,
-            worker,
-            accepted,
-        })
-    }
-}
-
-/// What the fenced resource's log says.
-#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
-pub struct ResourceCheck {
-    /// Writes accepted.
-    pub accepted: usize,
-    /// Accepted writes whose token was not greater than an earlier accepted one.
-    pub stale_accepted: usize,
-    /// Writes the script refused as stale.
-    pub stale_rejected: usize,
-}
-
-impl ResourceCheck {
-    /// Checks a log, in the order the resource saw the writes.
-    pub fn of(log: &[LogEntry]) -> ResourceCheck {
-        let mut check = ResourceCheck::default();
-        let mut highest = 0;
-        for entry in log {
-            if entry.accepted {
-                check.accepted += 1;
-                if entry.fence <= highest {
-                    check.stale_accepted += 1;
-                }
-                highest = highest.max(entry.fence);
-            } else {
-                check.stale_rejected += 1;
-            }
-        }
-        check
-    }
-}
-
-/// One line of the fault table.
-#[derive(Debug, Clone, Default)]
-pub struct Row {
-    /// The scenario.
-    pub scenario: String,
-    /// The faults injected, e.g. `DEBUG SLEEP 0.5 s x3`.
-    pub faults: String,
-    /// Sections recorded.
-    pub grants: usize,
-    /// [`History::peak`].
-    pub peak: u32,
-    /// Pairs of sections that overlapped and may not ([`History::conflicts`]).
-    pub overlaps: usize,
-    /// Stretches with more permits held than the semaphore has ([`History::over_permits`]);
-    /// `None` for a lock without permits.
-    pub over_permits: Option<usize>,
-    /// Read shares that saw a torn write ([`History::torn_reads`]) and writes left half done
-    /// ([`History::half_writes`]); `None` for a lock without read shares.
-    pub torn: Option<usize>,
-    /// See [`ResourceCheck::stale_accepted`].
-    pub stale_accepted: usize,
-    /// See [`ResourceCheck::stale_rejected`].
-    pub stale_rejected: usize,
-    /// Errors by `"<op> <kind>"`.
-    pub errors: BTreeMap<String, u64>,
-    /// The longest recovery time over the faults, and how many faults it was taken over;
-    /// `None` inside when a fault was never followed by a grant.
-    pub recovery: Option<(Option<Duration>, usize)>,
-}
-
-impl Row {
-    fn cells(&self) -> [String; COLUMNS] {
-        let errors = if self.errors.is_empty() {
-            "-".to_owned()
-        } else {
-            self.errors
-                .iter()
-                .map(|(kind, n)| format!("{kind} {n}"))
-                .collect::<Vec<_>>()
-                .join(", ")
-        };
-        let recovery = match self.recovery {
-            None => "-".to_owned(),
-            Some((None, _)) => "never".to_owned(),
-            Some((Some(d), 1)) => format_duration(d),
-            Some((Some(d), n)) => format!("max {} ({n} faults)", format_duration(d)),
-        };
-        let maybe = |n: Option<usize>| n.map_or("-".to_owned(), |n| n.to_string());
-        [
-            self.scenario.clone(),
-            self.faults.clone(),
-            self.grants.to_string(),
-            self.peak.to_string(),
-            self.overlaps.to_string(),
-            maybe(self.over_permits),
-            maybe(self.torn),
-            self.stale_accepted.to_string(),
-            self.stale_rejected.to_string(),
-            errors,
-            recovery,
-        ]
-    }
-}
-
-fn format_duration(d: Duration) -> String {
-    if d >= Duration::from_secs(1) {
-        format!("{:.2} s", d.as_secs_f64())
-    } else {
-        format!("{:.1} ms", d.as_secs_f64() * 1000.0)
-    }
-}
-
-/// The columns of [`table`].
-const COLUMNS: usize = 11;
-
-/// The rows as a Markdown table.
-pub fn table(rows: &[Row]) -> String {
-    const HEAD: [&str; COLUMNS] = [
-        "scenario",
-        "faults injected",
-        "grants",
-        "most at once",
-        "overlaps",
-        "over n permits",
-        "torn reads",
-        "stale writes accepted",
-        "stale writes rejected",
-        "errors by kind",
-        "recovery time",
-    ];
-    let cells: Vec<[String; COLUMNS]> = rows.iter().map(Row::cells).collect();
-    let mut widths = HEAD.map(str::len);
-    for row in &cells {
-        for (w, c) in widths.iter_mut().zip(row) {
-            *w = (*w).max(c.chars().count());
-        }
-    }
-    let mut out = String::new();
-    let line = |out: &mut String, row: &[&str]| {
-        out.push('|');
-        for (c, w) in row.iter().zip(widths) {
-            let _ = write!(out, " {c:<w$} |");
-        }
-        out.push('\n');
-    };
-    line(&mut out, &HEAD);
-    let rule: Vec<String> = widths.iter().map(|&w| "-".repeat(w)).collect();
-    line(
-        &mut out,
-        &rule.iter().map(String::as_str).collect::<Vec<_>>(),
-    );
-    for row in &cells {
-        line(
-            &mut out,
-            &row.iter().map(String::as_str).collect::<Vec<_>>(),
-        );
-    }
-    out
 }
 
 #[cfg(test)]
