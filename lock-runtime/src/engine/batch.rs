@@ -1,28 +1,32 @@
 //! The acquires and releases of one service share script calls when they fall due together.
 //!
-//! An operation that finds a free slot (fewer than `IN_FLIGHT` calls on their way; on a
-//! multi-thread runtime a release that hands the lock to a waiter of this service, which that
-//! waiter waits for, has `HAND_OFF_SLOTS` more) is sent at once by its own caller, so a lone
-//! caller pays nothing for batching. While every slot is taken, operations queue; when a call
-//! comes back, the queued operations go out together as the next call (up to [`MAX_OPS`] of
-//! them), sent by a task of the service. Under load many callers share one round trip and one
-//! script run, in which Redis runs their operations in order, each as it would run alone
-//! (`ops.lua`): throughput grows with the load instead of being capped by the per-request cost
-//! of Redis and of the client.
+//! An operation that finds no call on its way is sent at once by its own caller, so a lone
+//! caller pays nothing for batching; so is a release that hands the lock to a waiter of this
+//! service (which that waiter waits for) while a slot is free (fewer than `IN_FLIGHT` calls on
+//! their way; on a multi-thread runtime such releases have `HAND_OFF_SLOTS` more). Any other
+//! operation queues: when a slot is free, it takes it for the queue and a task of the service
+//! sends the queued operations in it once the tasks that are ready now have run (each with its
+//! next operation, typically the callers a call that came back just answered); else a call
+//! that comes back sends them, after the callers it answered have run. Slots about to send
+//! share the queue (up to [`MAX_OPS`] operations each), and a few operations wait for a call
+//! of many more that is on its way rather than take a call of their own beside it: the calls
+//! on their way stay about the same size, and Redis runs one while the client reads another.
+//! Under load many callers share one round trip and one script run, in which Redis runs their
+//! operations in order, each as it would run alone (`ops.lua`): throughput grows with the load
+//! instead of being capped by the per-request cost of Redis and of the client.
 //!
 //! One call runs the operations of one kind (the kind's script); queued operations of another
 //! kind go with the next call. No call carries more than [`MAX_OPS`] operations: a longer run
 //! (a multi-key lock's keys) goes out as several calls, one after another, so other clients of
-//! Redis wait for one short script at most. In cluster mode operations on different slots cannot share a
-//! script call: each is sent alone.
+//! Redis wait for one short script at most. In cluster mode operations on different slots
+//! cannot share a script call: each is sent alone.
 
 use std::sync::Arc;
 use std::time::Instant;
 
 use redis::Value;
-use tokio::sync::oneshot;
 
-use super::batcher::{MAX_OPS, Op, OpReply};
+use super::batcher::{MAX_OPS, Op, OpReply, Waiting};
 use super::core::Engine;
 use super::reply::Ask;
 use crate::backend::Synced;
@@ -30,15 +34,17 @@ use crate::error::{ErrorKind, LockError};
 use crate::scripts::{QUEUE_SUFFIX, ScriptCall};
 
 /// A taken slot; dropping it sends the queued operations or frees the slot, also when the call
-/// that held it was cancelled or panicked.
+/// that held it was cancelled or panicked. `ops`: the operations of its call (none for a
+/// collector's slot, which sent nothing yet).
 struct Slot<'a> {
     inner: &'a Arc<Engine>,
+    ops: usize,
 }
 
 impl Drop for Slot<'_> {
     fn drop(&mut self) {
         let timeout = self.inner.config.response_timeout();
-        let next = self.inner.batcher.next_batch(timeout);
+        let next = self.inner.batcher.next_batch(timeout, self.ops);
         for late in next.late {
             // (its caller may have gone: then nobody waits for the error)
             let _ = late.reply.send(Err(queued_too_long(timeout)));
@@ -46,10 +52,13 @@ impl Drop for Slot<'_> {
         let Some((batch, deadline)) = next.batch else {
             return;
         };
-        // The slot passes to the task.
-        let inner = self.inner.clone();
+        // The slot passes to the task (with it also when the task is dropped unpolled).
+        let slot = OwnedSlot {
+            inner: self.inner.clone(),
+            ops: batch.len(),
+        };
         self.inner.runtime.spawn(async move {
-            let _slot = Slot { inner: &inner };
+            let inner = slot.inner.clone();
             let (ops, senders): (Vec<Op>, Vec<_>) = batch
                 .into_iter()
                 .map(|queued| (queued.op, queued.reply))
@@ -61,6 +70,27 @@ impl Drop for Slot<'_> {
                     tracing::debug!(key = %op.names().user, "lock operation reply dropped");
                 }
             }
+            // The callers just answered are ready to run, most with their next operation: the
+            // slot goes on with those (it frees only after them), so that none of them finds a
+            // slot free with no call on its way and takes it for itself alone.
+            tokio::task::yield_now().await;
+            drop(slot);
+        });
+    }
+}
+
+/// A [`Slot`] a task of the service holds: a call's sender, or a collector (see
+/// [`Engine::collect_queued`]); dropped with the task also when it is dropped unpolled.
+struct OwnedSlot {
+    inner: Arc<Engine>,
+    ops: usize,
+}
+
+impl Drop for OwnedSlot {
+    fn drop(&mut self) {
+        drop(Slot {
+            inner: &self.inner,
+            ops: self.ops,
         });
     }
 }
@@ -95,12 +125,18 @@ impl Engine {
         let mut taken = self.take_slot_or_queue(op);
         // (built only when a slot was taken: dropping a Slot frees one, also when this future
         // is dropped before it is polled)
-        let slot = (taken.is_ok() && !self.backend.is_cluster()).then(|| Slot { inner: self });
+        let slot = (taken.is_ok() && !self.backend.is_cluster()).then(|| Slot {
+            inner: self,
+            ops: 1,
+        });
+        if matches!(&taken, Err(waiting) if waiting.collect) {
+            self.collect_queued();
+        }
         async move {
             let _slot = slot;
             let op = match &mut taken {
                 Ok(op) => &*op,
-                Err(reply) => {
+                Err(Waiting { reply, .. }) => {
                     // `response_timeout` bounds the operation from when it was asked for,
                     // also while it waits for a call to go out with: the slot that sends it
                     // fails it instead once it waited that long, and its call answers by then
@@ -125,12 +161,26 @@ impl Engine {
         }
     }
 
-    /// Takes a slot and gives `op` back to be sent now, or queues it for the next call.
-    fn take_slot_or_queue(&self, op: Op) -> Result<Op, oneshot::Receiver<OpReply>> {
+    /// Takes a slot and gives `op` back to be sent now, or queues it (see
+    /// [`Batcher::take_or_queue`]).
+    fn take_slot_or_queue(&self, op: Op) -> Result<Op, Waiting> {
         if self.backend.is_cluster() {
             return Ok(op);
         }
         self.batcher.take_or_queue(op)
+    }
+
+    /// Sends the queued operations in the slot an operation took for them, once the tasks
+    /// that are ready now ran (and queued theirs): the task that does it runs after them.
+    fn collect_queued(self: &Arc<Self>) {
+        let collector = OwnedSlot {
+            inner: self.clone(),
+            ops: 0,
+        };
+        self.runtime.spawn(async move {
+            tokio::task::yield_now().await;
+            drop(collector);
+        });
     }
 
     /// Runs `ops` (all of one kind) in `ops.lua` calls of at most [`MAX_OPS`] operations each,

@@ -109,7 +109,20 @@ pub(crate) struct Batcher {
 struct State {
     /// In the order they were asked for.
     queued: Vec<Queued>,
+    /// The slots taken: calls on their way (also one that came back until its slot's
+    /// [`Batcher::next_batch`]), and collectors, slots an operation took while a call was on
+    /// its way (see [`Batcher::take_or_queue`]), which send the queue soon.
     in_flight: usize,
+    /// The calls on their way, and their operations.
+    calls: usize,
+    call_ops: usize,
+}
+
+impl State {
+    fn came_back(&mut self, ops: usize) {
+        self.calls = self.calls.saturating_sub(1);
+        self.call_ops = self.call_ops.saturating_sub(ops);
+    }
 }
 
 /// An operation waiting for the next call.
@@ -119,6 +132,14 @@ pub(super) struct Queued {
     /// on the call it goes out with (no timer of its own: see [`Next`]).
     pub(super) asked: Instant,
     pub(super) reply: oneshot::Sender<OpReply>,
+}
+
+/// A queued operation's reply to come, and whether it took a free slot (`collect`): then its
+/// caller sends the queued operations in that slot once the tasks that are ready now ran (see
+/// [`Batcher::take_or_queue`]); else the next call that comes back sends it.
+pub(super) struct Waiting {
+    pub(super) reply: oneshot::Receiver<OpReply>,
+    pub(super) collect: bool,
 }
 
 /// What a call slot that came back does next ([`Batcher::next_batch`]).
@@ -151,17 +172,32 @@ impl Batcher {
             .unwrap_or_else(|poisoned| poisoned.into_inner())
     }
 
-    /// Takes a slot and gives `op` back to be sent now, or queues it for the next call.
-    pub(super) fn take_or_queue(&self, op: Op) -> Result<Op, oneshot::Receiver<OpReply>> {
-        let slots = if matches!(op, Op::Release { next: Some(_), .. }) {
+    /// Takes a slot and gives `op` back to be sent now, or queues it (see [`Waiting`]).
+    ///
+    /// An operation goes at once when no call is on its way (a lone caller pays nothing for
+    /// batching), and so does a release that hands the lock over while a slot is free. Any
+    /// other operation that finds a slot free while a call is on its way takes the slot but
+    /// queues: the tasks a call that came back woke are ready to run now, each with its next
+    /// operation, and sending the first of them alone would take the slot for one operation
+    /// for a whole round trip (under load, calls of one operation then alternated with calls
+    /// of all the others: Redis and the client took turns instead of working at once).
+    pub(super) fn take_or_queue(&self, op: Op) -> Result<Op, Waiting> {
+        let hand_off = matches!(op, Op::Release { next: Some(_), .. });
+        let slots = if hand_off {
             IN_FLIGHT + self.hand_off_slots
         } else {
             IN_FLIGHT
         };
         let mut state = self.lock();
-        if state.in_flight < slots {
+        let free = state.in_flight < slots;
+        if free && (state.in_flight == 0 || hand_off) {
             state.in_flight += 1;
+            state.calls += 1;
+            state.call_ops += 1;
             return Ok(op);
+        }
+        if free {
+            state.in_flight += 1;
         }
         let (sender, reply) = oneshot::channel();
         // (read under the lock: the queue stays in the order of these times)
@@ -170,21 +206,33 @@ impl Batcher {
             asked: Instant::now(),
             reply: sender,
         });
-        Err(reply)
+        Err(Waiting {
+            reply,
+            collect: free,
+        })
     }
 
-    /// When a call's slot is done: the queued operations to send next in that slot (those of
-    /// the first one's kind, in order, at most [`MAX_OPS`]) and the ones that waited
-    /// `timeout` or longer, which are not sent (see [`Next`]).
+    /// When a slot is done: its call of `came_back` operations came back (0: a collector's
+    /// slot, which sent nothing). The queued operations to send next in that slot, and the ones
+    /// that waited `timeout` or longer, which are not sent (see [`Next`]). The slot takes the
+    /// first one's kind, in order, at most [`MAX_OPS`], and its share of them when collectors
+    /// are to come. A collector that finds a few operations while a call of many more is on its
+    /// way leaves them to that call's slot and frees its own: sent alone, the few would keep a
+    /// call of their own beside the large one, call after call, and Redis and the client would
+    /// take turns (one call at work, the other not) instead of working at once.
     ///
     /// No operation waits here or on its call longer than `timeout`: a call's deadline is
     /// `timeout` after its oldest operation was asked for, so every call on its way when an
     /// operation queued (its operations asked for earlier, or at the front of the queue then)
     /// comes back before that operation's own deadline, and the slot it frees either sends it
-    /// in time or finds it late.
-    pub(super) fn next_batch(&self, timeout: Duration) -> Next {
+    /// in time or finds it late; an operation a slot leaves queued for another is one of
+    /// these: that slot was taken when it queued.
+    pub(super) fn next_batch(&self, timeout: Duration, came_back: usize) -> Next {
         let mut next = Next::default();
         let mut state = self.lock();
+        if came_back > 0 {
+            state.came_back(came_back);
+        }
         // operations whose caller gave up waiting are not sent
         state.queued.retain(|queued| !queued.reply.is_closed());
         if let Some(first) = state.queued.first()
@@ -201,25 +249,40 @@ impl Batcher {
             return next;
         };
         let deadline = first.asked + timeout;
-        // the operations of the first one's kind, in order (one script runs them)
+        // the operations of the first one's kind, in order (one script runs them), this
+        // slot's share of them
         let kind = first.op.kind();
-        if state.queued.len() <= MAX_OPS && state.queued.iter().all(|q| q.op.kind() == kind) {
+        let queued = state.queued.len();
+        if came_back == 0 && queued * 4 < state.call_ops {
+            // a few, while a call of many more is on its way: they go with that call's slot
+            state.in_flight -= 1;
+            return next;
+        }
+        // shared with the collectors to come (this slot is one of the slots taken that carry
+        // no call)
+        let collectors = state.in_flight - state.calls;
+        let share = queued.div_ceil(collectors.max(1)).min(MAX_OPS);
+        if share == queued && state.queued.iter().all(|q| q.op.kind() == kind) {
             // all of them (the common case): the queue as it is, and a new one as large
             let capacity = state.queued.capacity();
             let batch = std::mem::replace(&mut state.queued, Vec::with_capacity(capacity));
+            state.calls += 1;
+            state.call_ops += batch.len();
             next.batch = Some((batch, deadline));
             return next;
         }
         let mut batch = Vec::new();
         let mut rest = Vec::new();
         for queued in state.queued.drain(..) {
-            if batch.len() < MAX_OPS && queued.op.kind() == kind {
+            if batch.len() < share && queued.op.kind() == kind {
                 batch.push(queued);
             } else {
                 rest.push(queued);
             }
         }
         state.queued = rest;
+        state.calls += 1;
+        state.call_ops += batch.len();
         next.batch = Some((batch, deadline));
         next
     }
@@ -283,11 +346,57 @@ mod tests {
         Batcher::new(runtime.handle())
     }
 
-    /// Takes every call slot of `batcher`: the operations after queue.
+    /// Takes every call slot of `batcher` (as calls on their way): the operations after queue.
     fn take_every_slot(batcher: &Batcher) {
-        for _ in 0..IN_FLIGHT {
-            assert!(batcher.take_or_queue(acquire()).is_ok());
-        }
+        assert!(
+            batcher.take_or_queue(acquire()).is_ok(),
+            "no call on its way"
+        );
+        batcher.lock().in_flight = IN_FLIGHT;
+    }
+
+    #[test]
+    fn with_a_call_on_its_way_a_free_slot_waits_for_the_ready_operations() {
+        let batcher = batcher();
+        // nothing on its way: at once
+        assert!(batcher.take_or_queue(acquire()).is_ok());
+        // a call on its way and a slot free: the operation takes it, but queues, and its
+        // caller sends the queue in that slot (the operations ready now with it)
+        let first = batcher.take_or_queue(release(false)).err().expect("queued");
+        assert!(first.collect);
+        assert_eq!(batcher.lock().in_flight, IN_FLIGHT);
+        // no slot left: the next ones queue for a call coming back
+        let second = batcher.take_or_queue(acquire()).err().expect("queued");
+        assert!(!second.collect);
+        // a hand-off still goes at once while a slot of its own is free
+        assert!(batcher.take_or_queue(release(true)).is_ok());
+        // the collecting slot sends both, in order
+        let (batch, _) = batcher.next_batch(TIMEOUT, 0).batch.expect("the queue");
+        let kinds: Vec<_> = batch
+            .iter()
+            .map(|queued| matches!(queued.op, Op::Acquire { .. }))
+            .collect();
+        assert_eq!(kinds, [false, true]);
+    }
+
+    #[test]
+    fn a_call_coming_back_leaves_a_collector_to_come_its_share() {
+        let batcher = batcher();
+        assert!(batcher.take_or_queue(acquire()).is_ok());
+        // a collector's slot, and four more operations behind its own
+        let collector = batcher.take_or_queue(acquire()).err().expect("queued");
+        assert!(collector.collect);
+        let _rest: Vec<_> = (0..4)
+            .map(|_| batcher.take_or_queue(acquire()).err().expect("queued"))
+            .collect();
+        // the call on its way comes back before the collector's turn: it takes half of the
+        // five, the collector the rest
+        let (first, _) = batcher.next_batch(TIMEOUT, 1).batch.expect("a share");
+        let (second, _) = batcher.next_batch(TIMEOUT, 0).batch.expect("the rest");
+        assert_eq!((first.len(), second.len()), (3, 2));
+        assert!(first.iter().chain(&second).is_sorted_by_key(|q| q.asked));
+        assert_eq!(batcher.lock().in_flight, IN_FLIGHT);
+        assert_eq!(batcher.lock().call_ops, 5);
     }
 
     #[test]
@@ -302,13 +411,14 @@ mod tests {
             assert!(batcher.take_or_queue(release(true)).is_ok());
         }
         let _hand_off = batcher.take_or_queue(release(true)).err().expect("queued");
-        // a call coming back sends the queued operations, in order, in its slot
-        let (batch, _) = batcher
-            .next_batch(TIMEOUT)
-            .batch
-            .expect("queued operations");
-        let kinds: Vec<_> = batch
+        // calls coming back send the queued operations, in order, in their slots (each its
+        // share: two of three, with four slots taken)
+        let first = batcher.next_batch(TIMEOUT, 1).batch.expect("queued");
+        let second = batcher.next_batch(TIMEOUT, 1).batch.expect("the rest");
+        let kinds: Vec<_> = first
+            .0
             .iter()
+            .chain(&second.0)
             .map(|queued| match queued.op {
                 Op::Acquire { .. } => "acquire",
                 Op::Release { next: None, .. } => "release",
@@ -316,9 +426,10 @@ mod tests {
             })
             .collect();
         assert_eq!(kinds, ["acquire", "release", "hand-off"]);
+        assert_eq!(first.0.len(), 2);
         // the slots come back one by one once nothing is queued
         for _ in 0..IN_FLIGHT + HAND_OFF_SLOTS {
-            assert!(batcher.next_batch(TIMEOUT).batch.is_none());
+            assert!(batcher.next_batch(TIMEOUT, 1).batch.is_none());
         }
         assert_eq!(batcher.lock().in_flight, 0);
     }
@@ -341,7 +452,7 @@ mod tests {
         std::thread::sleep(Duration::from_millis(30));
         let _new = batcher.take_or_queue(release(false)).err().expect("queued");
         // the first has waited 30 ms or more, the second less
-        let next = batcher.next_batch(Duration::from_millis(30));
+        let next = batcher.next_batch(Duration::from_millis(30), 0);
         assert_eq!(next.late.len(), 1);
         assert!(matches!(next.late[0].op, Op::Acquire { .. }));
         let (batch, deadline) = next.batch.expect("the second goes out");
@@ -349,7 +460,7 @@ mod tests {
         assert_eq!(deadline, batch[0].asked + Duration::from_millis(30));
         // everything late: nothing to send, the slot is free
         let _late = batcher.take_or_queue(acquire()).err().expect("queued");
-        let next = batcher.next_batch(Duration::ZERO);
+        let next = batcher.next_batch(Duration::ZERO, 0);
         assert_eq!(next.late.len(), 1);
         assert!(next.batch.is_none());
         assert_eq!(batcher.lock().in_flight, IN_FLIGHT - 1);

@@ -120,6 +120,57 @@ async fn sixty_four_concurrent_callers_share_script_calls() {
     );
 }
 
+/// Under load the calls on their way stay about the same size, also on a current-thread
+/// runtime, where one thread sends the calls and reads their replies: an operation that finds a
+/// slot free while a call is on its way waits for the callers that are ready with it (those the
+/// last reply answered) and goes with them. Before, the first of those callers took the free
+/// slot for its operation alone: calls of one operation alternated with calls of all the others,
+/// so Redis and the client took turns instead of working at once. 64 tasks on keys of their own;
+/// the operations each script call carried (`MONITOR`: one key per operation on one server).
+#[tokio::test(flavor = "current_thread")]
+async fn on_a_current_thread_runtime_concurrent_callers_share_calls_evenly() {
+    const CALLERS: usize = 64;
+    const PAIRS: usize = 20;
+    let fx = Fixture::own(Spec::Single).await;
+    let locks = fx.service(LONG_WATCHDOG).await;
+    // the script is loaded and the connections are up before counting
+    locks
+        .lock(unique_key("warm-up"))
+        .await
+        .unwrap()
+        .release()
+        .await
+        .unwrap();
+    let monitor = Monitor::start(fx.topo().master_port(), script_call).await;
+    let mut tasks = tokio::task::JoinSet::new();
+    for i in 0..CALLERS {
+        let locks = locks.clone();
+        tasks.spawn(async move {
+            let key = unique_key(&format!("even-{i}"));
+            for _ in 0..PAIRS {
+                locks.lock(&key).await.unwrap().release().await.unwrap();
+            }
+        });
+    }
+    tasks.join_all().await;
+    monitor.sync().await;
+    // `"FCALL" "<function>" "<numkeys>" ...` (or `"EVALSHA" "<sha>" "<numkeys>"`)
+    let sizes: Vec<usize> = monitor
+        .lines()
+        .iter()
+        .filter_map(|l| l.split('"').nth(5)?.parse().ok())
+        .collect();
+    let ops: usize = sizes.iter().sum();
+    assert_eq!(ops, CALLERS * PAIRS * 2, "{sizes:?}");
+    let alone = sizes.iter().filter(|&&n| n == 1).count();
+    println!("{ops} operations in {} calls: {sizes:?}", sizes.len());
+    assert!(
+        alone * 20 <= sizes.len(),
+        "{alone} of {} calls carried one operation: {sizes:?}",
+        sizes.len()
+    );
+}
+
 /// Locks of one cluster slot granted in one call share the slot's fence counter: the call reads
 /// it once (`SET .. GET`), draws the next tokens from the one it drew and writes the last one
 /// once, after its operations ran; the tokens still strictly increase.
