@@ -2,10 +2,10 @@
 //! checks wait on, the critical section with concurrency counters (`Room`), spawned acquires,
 //! and the check that a lock ends up free.
 //!
-//! On Redis a read-write lock `k` is the hash `lock:rw:{k}` (see `scripts/rw/state.lua`): one
-//! field `r:<grant id>` -> `<expiry ms> <token> <owner>` per read share, `w:<owner>` for the writer; the
-//! services waiting are the zset `lock:rw:{k}:wq`, the services with a writer waiting the zset
-//! `lock:rw:{k}:turn`. A few checks read those (with the helpers below) to know when a waiter
+//! On Redis a read-write lock `k` is the hash `lock:rw:{k}` (see
+//! `lock-runtime/src/kinds/rw/state.lua`): one field `r:<grant id>` -> `<expiry ms> <token>
+//! <owner>` per read share, `w:<owner>` for the writer; the services waiting are the zset
+//! `lock:rw:{k}:wq`, the services with a writer waiting the zset `lock:rw:{k}:turn`. A few checks read those (with the helpers below) to know when a waiter
 //! is registered.
 
 use std::sync::atomic::{AtomicUsize, Ordering::SeqCst};
