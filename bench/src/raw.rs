@@ -116,7 +116,20 @@ impl Raw {
 
     /// Compare-and-delete; an error when the lock was not held with `token`.
     pub(crate) async fn release(&mut self, key: &str, token: &str) -> Result<()> {
-        let deleted: i64 = RELEASE
+        self.compare_and_delete(&RELEASE, "baseline", key, token)
+            .await
+    }
+
+    /// `script`'s compare-and-delete of `key` held with `token`; an error naming `lock` when
+    /// it was not.
+    async fn compare_and_delete(
+        &mut self,
+        script: &Script,
+        lock: &str,
+        key: &str,
+        token: &str,
+    ) -> Result<()> {
+        let deleted: i64 = script
             .key(key)
             .arg(token)
             .invoke_async(&mut self.con)
@@ -124,7 +137,7 @@ impl Raw {
         if deleted == 1 {
             Ok(())
         } else {
-            Err(format!("baseline: `{key}` was not held by {token} at release").into())
+            Err(format!("{lock}: `{key}` was not held by {token} at release").into())
         }
     }
 
@@ -149,16 +162,8 @@ impl Raw {
     /// The fenced baseline's compare-and-delete; an error when the lock was not held with
     /// `token`.
     pub(crate) async fn release_fenced(&mut self, key: &str, token: &str) -> Result<()> {
-        let deleted: i64 = FENCED_RELEASE
-            .key(key)
-            .arg(token)
-            .invoke_async(&mut self.con)
-            .await?;
-        if deleted == 1 {
-            Ok(())
-        } else {
-            Err(format!("fenced baseline: `{key}` was not held by {token} at release").into())
-        }
+        self.compare_and_delete(&FENCED_RELEASE, "fenced baseline", key, token)
+            .await
     }
 
     /// One PING round trip.

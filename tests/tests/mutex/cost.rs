@@ -22,6 +22,43 @@ fn script_commands(monitor: &Monitor) -> Vec<String> {
         .collect()
 }
 
+/// 64 callers, each on a key of its own, at once.
+const CALLERS: usize = 64;
+/// The acquire + release pairs each of them makes.
+const PAIRS: usize = 20;
+
+/// A service of `fx`'s whose script is loaded and whose connections are up, so that counting
+/// starts with its first lock operation.
+async fn warmed_service(fx: &Fixture) -> lock_runtime::LockService {
+    let locks = fx.service(LONG_WATCHDOG).await;
+    locks
+        .lock(unique_key("warm-up"))
+        .await
+        .unwrap()
+        .release()
+        .await
+        .unwrap();
+    locks
+}
+
+/// [`CALLERS`] tasks, started together, each lock and release a key of its own [`PAIRS`]
+/// times.
+async fn concurrent_callers(locks: &lock_runtime::LockService, name: &str) {
+    let start = Arc::new(tokio::sync::Barrier::new(CALLERS));
+    let mut tasks = tokio::task::JoinSet::new();
+    for i in 0..CALLERS {
+        let (locks, start) = (locks.clone(), start.clone());
+        let key = unique_key(&format!("{name}-{i}"));
+        tasks.spawn(async move {
+            start.wait().await;
+            for _ in 0..PAIRS {
+                locks.lock(&key).await.unwrap().release().await.unwrap();
+            }
+        });
+    }
+    tasks.join_all().await;
+}
+
 /// An uncontended acquire takes the free lock in one write: its script draws the token (`TIME`,
 /// `SET .. GET` on the slot's counter) and sets the lock with `SET NX`; the release reads the
 /// lock and deletes it. Five commands in two script calls per pair, never the waiting set -
@@ -84,33 +121,11 @@ async fn an_uncontended_pair_runs_five_commands_in_two_script_calls() {
 /// a server of its own) are at most one per five operations.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn sixty_four_concurrent_callers_share_script_calls() {
-    const CALLERS: usize = 64;
-    const PAIRS: usize = 20;
     let fx = Fixture::own(Spec::Single).await;
-    let locks = fx.service(LONG_WATCHDOG).await;
-    // the script is loaded and the connections are up before counting
-    locks
-        .lock(unique_key("warm-up"))
-        .await
-        .unwrap()
-        .release()
-        .await
-        .unwrap();
+    let locks = warmed_service(&fx).await;
     let mut con = fx.redis();
     let calls_before = script_calls(&mut con);
-    let start = Arc::new(tokio::sync::Barrier::new(CALLERS));
-    let mut tasks = tokio::task::JoinSet::new();
-    for i in 0..CALLERS {
-        let (locks, start) = (locks.clone(), start.clone());
-        tasks.spawn(async move {
-            let key = unique_key(&format!("batched-{i}"));
-            start.wait().await;
-            for _ in 0..PAIRS {
-                locks.lock(&key).await.unwrap().release().await.unwrap();
-            }
-        });
-    }
-    tasks.join_all().await;
+    concurrent_callers(&locks, "batched").await;
     let calls = script_calls(&mut con) - calls_before;
     let ops = CALLERS * PAIRS * 2;
     println!("{ops} operations in {calls} script calls");
@@ -129,30 +144,10 @@ async fn sixty_four_concurrent_callers_share_script_calls() {
 /// the operations each script call carried (`MONITOR`: one key per operation on one server).
 #[tokio::test(flavor = "current_thread")]
 async fn on_a_current_thread_runtime_concurrent_callers_share_calls_evenly() {
-    const CALLERS: usize = 64;
-    const PAIRS: usize = 20;
     let fx = Fixture::own(Spec::Single).await;
-    let locks = fx.service(LONG_WATCHDOG).await;
-    // the script is loaded and the connections are up before counting
-    locks
-        .lock(unique_key("warm-up"))
-        .await
-        .unwrap()
-        .release()
-        .await
-        .unwrap();
+    let locks = warmed_service(&fx).await;
     let monitor = Monitor::start(fx.topo().master_port(), script_call).await;
-    let mut tasks = tokio::task::JoinSet::new();
-    for i in 0..CALLERS {
-        let locks = locks.clone();
-        tasks.spawn(async move {
-            let key = unique_key(&format!("even-{i}"));
-            for _ in 0..PAIRS {
-                locks.lock(&key).await.unwrap().release().await.unwrap();
-            }
-        });
-    }
-    tasks.join_all().await;
+    concurrent_callers(&locks, "even").await;
     monitor.sync().await;
     // `"FCALL" "<function>" "<numkeys>" ...` (or `"EVALSHA" "<sha>" "<numkeys>"`)
     let sizes: Vec<usize> = monitor
