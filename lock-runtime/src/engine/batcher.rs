@@ -260,7 +260,7 @@ impl Batcher {
         }
         // shared with the collectors to come (this slot is one of the slots taken that carry
         // no call)
-        let collectors = state.in_flight - state.calls;
+        let collectors = state.in_flight.saturating_sub(state.calls);
         let share = queued.div_ceil(collectors.max(1)).min(MAX_OPS);
         if share == queued && state.queued.iter().all(|q| q.op.kind() == kind) {
             // all of them (the common case): the queue as it is, and a new one as large
