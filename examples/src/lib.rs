@@ -29,6 +29,7 @@ pub mod actix_shop;
 pub mod args;
 pub mod axum_shop;
 pub mod loadgen;
+#[cfg(feature = "metrics")]
 pub mod prometheus;
 pub mod segmented;
 pub mod setup;
