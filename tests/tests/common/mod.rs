@@ -221,6 +221,19 @@ impl Raw {
 }
 
 /// Polls `check` every 10 ms until it returns true; panics with `what` after `within`.
+/// A server of its own with a fault proxy in front of it, and a service that reaches the server
+/// only through the proxy, configured by `configure`.
+pub async fn behind_proxy(
+    configure: impl FnOnce(LockConfig) -> LockConfig,
+) -> (Fixture, lock_tests::harness::Proxy, LockService) {
+    let fx = Fixture::own(Spec::Single).await;
+    let proxy = lock_tests::harness::Proxy::start(Topology::addr_of(fx.topo().master_port())).await;
+    let service = LockService::connect(configure(LockConfig::single(proxy.url())))
+        .await
+        .unwrap();
+    (fx, proxy, service)
+}
+
 pub async fn eventually<F, Fut>(what: &str, within: Duration, mut check: F)
 where
     F: FnMut() -> Fut,

@@ -9,9 +9,9 @@
 
 use std::time::{Duration, Instant};
 
-use crate::common::{Fixture, Monitor, eventually, script_call, waiters_in_line};
-use lock_runtime::{ErrorKind, LockConfig, LockService, OwnerId, owner};
-use lock_tests::harness::{Proxy, Spec, Topology, unique_key};
+use crate::common::{Fixture, Monitor, behind_proxy, eventually, script_call, waiters_in_line};
+use lock_runtime::{ErrorKind, LockService, OwnerId, owner};
+use lock_tests::harness::{Spec, unique_key};
 
 const LONG: Duration = Duration::from_secs(30);
 
@@ -61,19 +61,6 @@ async fn join_stall(sleeper: std::thread::JoinHandle<()>) -> Instant {
         .await
         .unwrap();
     Instant::now()
-}
-
-/// A server of its own with a fault proxy in front of it, and a service that reaches the server
-/// only through the proxy, configured by `configure`.
-async fn behind_proxy(
-    configure: impl FnOnce(LockConfig) -> LockConfig,
-) -> (Fixture, Proxy, LockService) {
-    let fx = Fixture::own(Spec::Single).await;
-    let proxy = Proxy::start(Topology::addr_of(fx.topo().master_port())).await;
-    let service = LockService::connect(configure(LockConfig::single(proxy.url())))
-        .await
-        .unwrap();
-    (fx, proxy, service)
 }
 
 /// Stale hold + re-entry: the owner's lease ran out on Redis; locking again must make a new

@@ -3,8 +3,9 @@
 
 use std::time::{Duration, Instant};
 
+use crate::common::behind_proxy;
 use crate::common::eventually;
-use crate::support::{LONG, behind_proxy, grants_on_redis, server_ms, waiting_set};
+use crate::support::{LONG, grants_on_redis, server_ms, waiting_set};
 use lock_runtime::{LockKind, LockService};
 use lock_tests::harness::unique_key;
 

@@ -4,8 +4,9 @@
 
 use std::time::Duration;
 
+use crate::common::behind_proxy;
 use crate::contention::{Load, assert_at_most_n, contend};
-use crate::support::{LONG, behind_proxy, sem_hash};
+use crate::support::{LONG, sem_hash};
 use lock_runtime::{ErrorKind, LockConfig, LockService, Topology as LockTopology};
 use lock_tests::harness::{Spec, Topology, unique_key};
 use rand::Rng;

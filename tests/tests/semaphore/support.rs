@@ -1,12 +1,10 @@
-//! What several modules use: the semaphore's keys, grants and waiting set read on Redis, the
-//! server's clock, and a service reached through a fault proxy.
+//! What several modules use: the semaphore's keys, grants and waiting set read on Redis, and
+//! the server's clock (a service reached through a fault proxy is `common::behind_proxy`).
 
 use std::collections::HashMap;
 use std::time::Duration;
 
 use crate::common::Fixture;
-use lock_runtime::{LockConfig, LockService};
-use lock_tests::harness::{Proxy, Spec, Topology};
 
 pub(crate) const LONG: Duration = Duration::from_secs(30);
 
@@ -52,16 +50,4 @@ pub(crate) fn permits_on_redis(fx: &Fixture, name: &str) -> u64 {
         .values()
         .map(|v| v.split(' ').nth(1).unwrap().parse::<u64>().unwrap())
         .sum()
-}
-
-/// The service of a test with a server of its own, reached through a fault proxy.
-pub(crate) async fn behind_proxy(
-    configure: impl FnOnce(LockConfig) -> LockConfig,
-) -> (Fixture, Proxy, LockService) {
-    let fx = Fixture::own(Spec::Single).await;
-    let proxy = Proxy::start(Topology::addr_of(fx.topo().master_port())).await;
-    let service = LockService::connect(configure(LockConfig::single(proxy.url())))
-        .await
-        .unwrap();
-    (fx, proxy, service)
 }
